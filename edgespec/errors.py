@@ -1,0 +1,33 @@
+"""The few exception types edgespec raises on purpose.
+
+Every one of them carries a one-line message meant for a person; the CLI prints
+it as ``edgespec: error: <message>`` and exits non-zero, without a traceback.
+"""
+
+
+class EdgespecError(Exception):
+    """Base class: a failure with a message fit to show a user as it is."""
+
+
+class ModelLoadError(EdgespecError):
+    """A model file is missing, not a GGUF, truncated, or llama.cpp refused it."""
+
+
+class IncompatibleModelsError(EdgespecError):
+    """Draft and target cannot share token ids (different vocabularies)."""
+
+
+class InvalidParameterError(EdgespecError):
+    """A generation or sampling parameter is out of its valid range."""
+
+
+class ContextFullError(EdgespecError):
+    """The prompt (or the conversation) does not fit the context window."""
+
+
+class ModelFetchError(EdgespecError):
+    """A model could not be fetched, verified or put into place."""
+
+
+class BackendError(EdgespecError):
+    """llama.cpp reported a failure while decoding or editing the KV cache."""
