@@ -1,0 +1,84 @@
+"""Drafters propose tokens for the target to verify. One interface, pluggable."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from .backend import LlamaModel
+from .sampling import SamplingParams, TokenDist, greedy_tokens, process_logits
+
+
+@dataclass(frozen=True)
+class Draft:
+    """Proposed tokens and, when sampling, the distribution q each was drawn from."""
+
+    tokens: list[int]
+    q: list[TokenDist]
+
+
+class Drafter(Protocol):
+    """Anything that proposes continuations of a token context."""
+
+    name: str
+
+    def prefill(self, context: Sequence[int]) -> None:
+        """Process a new prompt ahead of the first proposal (may do nothing)."""
+        ...
+
+    def propose(
+        self, context: Sequence[int], n: int, sampling: SamplingParams, rng: np.random.Generator
+    ) -> Draft:
+        """Up to n tokens that might follow context. Deterministic drafters return q as
+        point masses (probability 1 on the proposed token) when sampling."""
+        ...
+
+
+class ModelDrafter:
+    """A small GGUF model sharing the target's vocabulary.
+
+    Its KV cache follows the committed context: each call keeps the longest common
+    prefix and decodes only what is new (the catch-up after a fully accepted round).
+    """
+
+    def __init__(self, model: LlamaModel) -> None:
+        self.model = model
+        self.name = model.path.name
+        self.calls = 0
+
+    def prefill(self, context: Sequence[int]) -> None:
+        """Bring the draft cache up to context[:-1], as the target's, during prompt time."""
+        cached = self.model.reuse_prefix(context)
+        if len(context) - 1 > cached:
+            self.model.decode(context[cached:-1], logits="none")
+
+    def propose(
+        self, context: Sequence[int], n: int, sampling: SamplingParams, rng: np.random.Generator
+    ) -> Draft:
+        """Decode what is new in context, then sample n tokens one by one."""
+        m = self.model
+        n = min(n, m.n_ctx - len(context))
+        if n <= 0:
+            return Draft([], [])
+        cached = m.reuse_prefix(context)
+        logits = m.decode(context[cached:], logits="last")
+        self.calls += 1
+        tokens: list[int] = []
+        q: list[TokenDist] = []
+        for i in range(n):
+            if sampling.greedy:
+                x = int(greedy_tokens(logits)[0])
+            else:
+                dist = process_logits(logits, sampling)[0]
+                x = dist.sample(rng)
+                q.append(dist)
+            tokens.append(x)
+            if m.is_eog(x):
+                break
+            if i + 1 < n:  # the last proposal needs no logits after it
+                logits = m.decode([x], logits="last")
+                self.calls += 1
+        return Draft(tokens, q)

@@ -1,0 +1,196 @@
+"""The speculative loop: draft, verify in one target call, accept, roll back.
+
+Layered like mlx-lm: ``speculative_step`` is one round, ``stream_generate``
+yields an event per token and per round, ``generate`` blocks and returns the
+final ``DoneEvent``. gamma = 0 (or no drafter) is plain target-only decoding
+through the same code, the baseline for every comparison.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from .backend import LlamaModel
+from .detok import Detokenizer
+from .drafters import Draft, Drafter
+from .errors import ContextFullError, InvalidParameterError
+from .events import DoneEvent, Event, RoundEvent, Stats, StopReason, TokenEvent, TokenKind
+from .sampling import SamplingParams, TokenDist, greedy_tokens, process_logits
+from .verify import accept_greedy, accept_rejection
+
+DEFAULT_MAX_TOKENS = 256
+DEFAULT_GAMMA = 4
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """Outcome of one speculative round."""
+
+    draft: list[int]
+    n_accepted: int
+    next_token: int
+    draft_s: float
+    verify_s: float
+
+
+def speculative_step(
+    target: LlamaModel,
+    drafter: Drafter | None,
+    context: list[int],
+    gamma: int,
+    sampling: SamplingParams,
+    rng: np.random.Generator,
+) -> RoundResult:
+    """One round. Precondition: the target cache holds context[:-1].
+
+    On return the target cache holds context + the accepted draft tokens, i.e.
+    everything committed except next_token, restoring the precondition.
+    """
+    t0 = time.perf_counter()
+    draft = (
+        drafter.propose(context, gamma, sampling, rng) if drafter and gamma > 0 else Draft([], [])
+    )
+    t1 = time.perf_counter()
+    n_ctx_before = len(target.tokens)
+    # one target call scores the pending token and every draft token: g + 1 rows of p
+    logits = target.decode([context[-1], *draft.tokens], logits="all")
+    if sampling.greedy:
+        n, nxt = accept_greedy(draft.tokens, greedy_tokens(logits))
+    else:
+        q = draft.q or [_point_mass(x) for x in draft.tokens]
+        n, nxt = accept_rejection(draft.tokens, q, process_logits(logits, sampling), rng)
+    # keep the pending token and the accepted drafts; drop the rejected tail
+    target.truncate(n_ctx_before + 1 + n)
+    return RoundResult(draft.tokens, n, nxt, t1 - t0, time.perf_counter() - t1)
+
+
+def _point_mass(token: int) -> TokenDist:
+    # a deterministic drafter proposes x with q(x) = 1
+    return TokenDist(ids=np.array([token]), probs=np.array([1.0]))
+
+
+def stream_generate(
+    target: LlamaModel,
+    prompt: str | Sequence[int],
+    *,
+    drafter: Drafter | None = None,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    sampling: SamplingParams | None = None,
+    gamma: int = DEFAULT_GAMMA,
+    seed: int | None = None,
+    stop: Sequence[str] = (),
+) -> Iterator[Event]:
+    """Generate from prompt, yielding TokenEvents, a RoundEvent per round, then a DoneEvent.
+
+    The target's KV cache keeps the longest common prefix with earlier calls, so
+    a follow-up turn only processes its new tokens.
+    """
+    sampling = sampling or SamplingParams()
+    if gamma < 0:
+        raise InvalidParameterError(f"gamma must be >= 0, got {gamma}")
+    if max_tokens < 0:
+        raise InvalidParameterError(f"max-tokens must be >= 0, got {max_tokens}")
+    if isinstance(prompt, str):
+        prompt_tokens = target.tokenize(prompt, add_special=True, parse_special=True)
+    else:
+        prompt_tokens = list(prompt)
+    if not prompt_tokens:
+        raise InvalidParameterError("the prompt is empty")
+    if len(prompt_tokens) >= target.n_ctx:
+        raise ContextFullError(
+            f"the prompt has {len(prompt_tokens)} tokens; the context holds {target.n_ctx}"
+        )
+    rng = np.random.default_rng(seed)
+    t_start = time.perf_counter()
+    cached = target.reuse_prefix(prompt_tokens)
+    if len(prompt_tokens) - 1 > cached:
+        target.decode(prompt_tokens[cached:-1], logits="none")
+    if drafter is not None and gamma > 0:
+        drafter.prefill(prompt_tokens)
+    stats = Stats(
+        prompt_tokens=len(prompt_tokens),
+        prompt_cached=cached,
+        prompt_s=time.perf_counter() - t_start,
+    )
+    context = list(prompt_tokens)
+    detok = Detokenizer(target.token_bytes)
+    out_tokens: list[int] = []
+    reason = StopReason.MAX_TOKENS
+    rnd = 0
+    while len(out_tokens) < max_tokens:
+        room = target.n_ctx - len(context)
+        if room <= 0:
+            reason = StopReason.CONTEXT_FULL
+            break
+        rnd += 1
+        # never draft past max_tokens or the context: the round adds g + 1 tokens
+        g = max(0, min(gamma, max_tokens - len(out_tokens) - 1, room - 1))
+        res = speculative_step(target, drafter, context, g, sampling, rng)
+        kept = [*res.draft[: res.n_accepted], res.next_token]
+        kinds = [TokenKind.ACCEPTED] * res.n_accepted
+        if res.n_accepted < len(res.draft):
+            kinds.append(TokenKind.CORRECTION)
+        else:
+            kinds.append(TokenKind.BONUS if res.draft else TokenKind.PLAIN)
+        stats = replace(
+            stats,
+            drafted=stats.drafted + len(res.draft),
+            accepted=stats.accepted + res.n_accepted,
+            rounds=rnd,
+            target_calls=stats.target_calls + 1,
+            draft_calls=stats.draft_calls + (1 if res.draft else 0),
+            draft_s=stats.draft_s + res.draft_s,
+            verify_s=stats.verify_s + res.verify_s,
+        )
+        for i, (tok, kind) in enumerate(zip(kept, kinds, strict=True)):
+            if i == res.n_accepted and res.n_accepted < len(res.draft):
+                rejected = res.draft[res.n_accepted]
+                yield TokenEvent(TokenKind.REJECTED, rejected, detok.peek([rejected])[0], rnd)
+            if target.is_eog(tok):
+                reason = StopReason.EOG
+                break
+            context.append(tok)
+            out_tokens.append(tok)
+            piece = detok.push(tok)
+            hit = _find_stop(detok.text, stop, len(piece))
+            if hit is not None:
+                piece = piece[: max(0, len(piece) - (len(detok.text) - hit))]
+                detok.text = detok.text[:hit]
+                reason = StopReason.STOP_STRING
+            yield TokenEvent(kind, tok, piece, rnd)
+            if reason is not StopReason.MAX_TOKENS:
+                break
+        stats = replace(stats, generated=len(out_tokens), wall_s=time.perf_counter() - t_start)
+        yield RoundEvent(rnd, len(res.draft), res.n_accepted, stats)
+        if reason is not StopReason.MAX_TOKENS:
+            break
+    if reason is not StopReason.STOP_STRING:
+        detok.flush()
+    stats = replace(stats, generated=len(out_tokens), wall_s=time.perf_counter() - t_start)
+    yield DoneEvent(detok.text, tuple(out_tokens), reason, stats)
+
+
+def _find_stop(text: str, stops: Sequence[str], n_new: int) -> int | None:
+    """Index in text where a stop string starts, looking only at matches the new piece made."""
+    best = None
+    for s in stops:
+        if not s:
+            continue
+        i = text.find(s, max(0, len(text) - n_new - len(s) + 1))
+        if i >= 0 and (best is None or i < best):
+            best = i
+    return best
+
+
+def generate(target: LlamaModel, prompt: str | Sequence[int], **kwargs) -> DoneEvent:
+    """Blocking form of stream_generate: returns the final DoneEvent."""
+    done = None
+    for event in stream_generate(target, prompt, **kwargs):
+        if isinstance(event, DoneEvent):
+            done = event
+    assert done is not None
+    return done

@@ -1,0 +1,120 @@
+"""What the engine streams: one small frozen dataclass per token, round and finish."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+
+
+class TokenKind(StrEnum):
+    """Where a token came from."""
+
+    ACCEPTED = "accepted"  # proposed by the drafter, kept by the target
+    REJECTED = "rejected"  # proposed by the drafter, refused (not part of the output)
+    CORRECTION = "correction"  # sampled by the target in place of a rejected draft token
+    BONUS = "bonus"  # sampled by the target after every draft token was accepted
+    PLAIN = "plain"  # sampled by the target in a round without a draft
+
+    @property
+    def from_target(self) -> bool:
+        """True for tokens the target produced itself."""
+        return self in (TokenKind.CORRECTION, TokenKind.BONUS, TokenKind.PLAIN)
+
+
+class StopReason(StrEnum):
+    """Why generation ended."""
+
+    MAX_TOKENS = "max_tokens"
+    EOG = "eog"  # an end-of-generation token
+    STOP_STRING = "stop"
+    CONTEXT_FULL = "context_full"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Running totals of one generation (cumulative in every RoundEvent)."""
+
+    drafted: int = 0
+    accepted: int = 0
+    generated: int = 0
+    rounds: int = 0
+    target_calls: int = 0
+    draft_calls: int = 0
+    prompt_tokens: int = 0
+    prompt_cached: int = 0
+    prompt_s: float = 0.0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    wall_s: float = 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted / drafted draft tokens (0 when nothing was drafted)."""
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accepted_per_call(self) -> float:
+        """Tokens produced per target verify call (accepted drafts + the target's own)."""
+        return self.generated / self.target_calls if self.target_calls else 0.0
+
+    @property
+    def decode_s(self) -> float:
+        """Wall time after the prompt was processed."""
+        return max(self.wall_s - self.prompt_s, 0.0)
+
+    @property
+    def other_s(self) -> float:
+        """Decode time spent neither drafting nor verifying (sampling glue, detokenizing)."""
+        return max(self.decode_s - self.draft_s - self.verify_s, 0.0)
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Generated tokens per second of decode time (prompt processing excluded)."""
+        return self.generated / self.decode_s if self.decode_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, float | int]:
+        """All fields and derived figures, for JSON output."""
+        d: dict[str, float | int] = asdict(self)
+        for name in (
+            "acceptance_rate",
+            "mean_accepted_per_call",
+            "decode_s",
+            "other_s",
+            "tokens_per_second",
+        ):
+            d[name] = getattr(self, name)
+        return d
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One token: kept (accepted/correction/bonus/plain) or a rejected draft token."""
+
+    kind: TokenKind
+    token: int
+    text: str
+    round: int
+
+
+@dataclass(frozen=True)
+class RoundEvent:
+    """End of one draft-and-verify round."""
+
+    round: int
+    drafted: int
+    accepted: int
+    stats: Stats
+
+
+@dataclass(frozen=True)
+class DoneEvent:
+    """Generation finished: the whole output and final statistics."""
+
+    text: str
+    tokens: tuple[int, ...]
+    stop_reason: StopReason
+    stats: Stats
+
+
+Event = TokenEvent | RoundEvent | DoneEvent

