@@ -27,7 +27,9 @@ DRAFTS = ["draft_same", "draft_noisy", "draft_unrelated"]
 
 @pytest.fixture(scope="module")
 def models(synthetic_models: dict[str, Path]):
-    loaded = {name: LlamaModel(path, n_ctx=512, n_threads=1) for name, path in synthetic_models.items()}
+    loaded = {
+        name: LlamaModel(path, n_ctx=512, n_threads=1) for name, path in synthetic_models.items()
+    }
     yield loaded
     for m in loaded.values():
         m.close()
@@ -168,7 +170,9 @@ def test_context_full_is_a_stop_reason_not_a_crash(synthetic_models) -> None:
         LlamaModel(synthetic_models["target"], n_ctx=32, n_threads=1) as target,
         LlamaModel(synthetic_models["draft_noisy"], n_ctx=32, n_threads=1) as draft,
     ):
-        done = generate(target, "Hello world", drafter=ModelDrafter(draft), max_tokens=5000, gamma=4)
+        done = generate(
+            target, "Hello world", drafter=ModelDrafter(draft), max_tokens=5000, gamma=4
+        )
         assert done.stop_reason is StopReason.CONTEXT_FULL
         assert len(target.tokenize("Hello world")) + len(done.tokens) == target.n_ctx
         with pytest.raises(ContextFullError):
@@ -184,7 +188,10 @@ def test_bad_parameters(models) -> None:
 
 @pytest.mark.parametrize(
     ("draft", "message"),
-    [("draft_badvocab", r"token \d+ differs: target .▁the., draft .▁thx."), ("draft_bigvocab", "sizes differ")],
+    [
+        ("draft_badvocab", r"token \d+ differs: target .▁the., draft .▁thx."),
+        ("draft_bigvocab", "sizes differ"),
+    ],
 )
 def test_incompatible_pairs_are_named(models, draft: str, message: str) -> None:
     check_compatible(models["target"], models["draft_noisy"])

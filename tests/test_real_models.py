@@ -45,6 +45,6 @@ def test_smollm2_and_gemma_are_not_a_pair(real_model_paths) -> None:
     with (
         LlamaModel(real_model_paths["gemma-3-270m"], n_ctx=256) as gemma,
         LlamaModel(real_model_paths["smollm2-135m-instruct"], n_ctx=256) as smol,
+        pytest.raises(IncompatibleModelsError, match="cannot draft for"),
     ):
-        with pytest.raises(IncompatibleModelsError, match="cannot draft for"):
-            check_compatible(gemma, smol)
+        check_compatible(gemma, smol)
