@@ -1,0 +1,66 @@
+"""LlamaModel: logits rows, long prompts in chunks, rollback and its fallback."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgespec import backend
+from edgespec.backend import LlamaModel
+from edgespec.errors import BackendError, ContextFullError
+
+
+@pytest.fixture()
+def target(synthetic_models):
+    with LlamaModel(synthetic_models["target"], n_ctx=512, n_threads=1, n_batch=16) as m:
+        yield m
+
+
+def one_by_one(m: LlamaModel, tokens: list[int]) -> np.ndarray:
+    m.reset()
+    return np.stack([m.decode([t], logits="last")[0].copy() for t in tokens])
+
+
+def test_selected_rows_match_single_token_decoding(target) -> None:
+    tokens = target.tokenize("the cat sat on the mat and the dog")[:12]
+    ref = one_by_one(target, tokens)
+    target.reset()
+    rows = target.decode(tokens, logits=[1, 4, len(tokens) - 1]).copy()
+    np.testing.assert_allclose(rows, ref[[1, 4, len(tokens) - 1]], rtol=1e-4, atol=1e-4)
+    assert target.tokens == tokens
+
+
+def test_long_prompt_is_decoded_in_batches(target) -> None:
+    tokens = target.tokenize("one two three four five six seven eight nine ten " * 4)
+    assert len(tokens) > 2 * target.n_batch
+    last = target.decode(tokens, logits="last")[0].copy()
+    np.testing.assert_allclose(last, one_by_one(target, tokens)[-1], rtol=1e-4, atol=1e-4)
+    with pytest.raises(BackendError, match="outside the last batch"):
+        target.decode(tokens[:20], logits="all")
+
+
+def test_truncate_falls_back_to_redecoding_when_removal_is_refused(target, monkeypatch) -> None:
+    tokens = target.tokenize("the cat sat on the mat and the dog")
+    target.decode(tokens, logits="none")
+    monkeypatch.setattr(backend.ll, "llama_memory_seq_rm", lambda *a: False)
+    target.truncate(4)
+    assert target.tokens == tokens[:4]
+    assert target.redecodes == 1
+    monkeypatch.undo()
+    got = target.decode(tokens[4:], logits="last")[0].copy()
+    np.testing.assert_allclose(got, one_by_one(target, tokens)[-1], rtol=1e-4, atol=1e-4)
+
+
+def test_reuse_prefix_keeps_common_part_and_one_token_to_decode(target) -> None:
+    a = target.tokenize("the cat sat on the mat")
+    target.decode(a, logits="none")
+    assert target.reuse_prefix(a) == len(a) - 1
+    b = a[:3] + target.tokenize(" dog", add_special=False)
+    assert target.reuse_prefix(b) == 3
+    assert target.tokens == a[:3]
+
+
+def test_context_overflow_is_an_error_not_a_crash(target) -> None:
+    with pytest.raises(ContextFullError):
+        target.decode([5] * (target.n_ctx + 1), logits="none")
+    assert target.tokens == []
