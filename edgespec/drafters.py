@@ -18,6 +18,7 @@ class Draft:
 
     tokens: list[int]
     q: list[TokenDist]
+    model_calls: int = 0  # forward passes of a draft model spent on this proposal
 
 
 class Drafter(Protocol):
@@ -47,7 +48,6 @@ class ModelDrafter:
     def __init__(self, model: LlamaModel) -> None:
         self.model = model
         self.name = model.path.name
-        self.calls = 0
 
     def prefill(self, context: Sequence[int]) -> None:
         """Bring the draft cache up to context[:-1], as the target's, during prompt time."""
@@ -65,7 +65,7 @@ class ModelDrafter:
             return Draft([], [])
         cached = m.reuse_prefix(context)
         logits = m.decode(context[cached:], logits="last")
-        self.calls += 1
+        calls = 1
         tokens: list[int] = []
         q: list[TokenDist] = []
         for i in range(n):
@@ -80,5 +80,5 @@ class ModelDrafter:
                 break
             if i + 1 < n:  # the last proposal needs no logits after it
                 logits = m.decode([x], logits="last")
-                self.calls += 1
-        return Draft(tokens, q)
+                calls += 1
+        return Draft(tokens, q, calls)

@@ -31,6 +31,7 @@ class RoundResult:
     """Outcome of one speculative round."""
 
     draft: list[int]
+    draft_calls: int
     n_accepted: int
     next_token: int
     draft_s: float
@@ -65,7 +66,7 @@ def speculative_step(
         n, nxt = accept_rejection(draft.tokens, q, process_logits(logits, sampling), rng)
     # keep the pending token and the accepted drafts; drop the rejected tail
     target.truncate(n_ctx_before + 1 + n)
-    return RoundResult(draft.tokens, n, nxt, t1 - t0, time.perf_counter() - t1)
+    return RoundResult(draft.tokens, draft.model_calls, n, nxt, t1 - t0, time.perf_counter() - t1)
 
 
 def _point_mass(token: int) -> TokenDist:
@@ -142,7 +143,7 @@ def stream_generate(
             accepted=stats.accepted + res.n_accepted,
             rounds=rnd,
             target_calls=stats.target_calls + 1,
-            draft_calls=stats.draft_calls + (1 if res.draft else 0),
+            draft_calls=stats.draft_calls + res.draft_calls,
             draft_s=stats.draft_s + res.draft_s,
             verify_s=stats.verify_s + res.verify_s,
         )

@@ -89,6 +89,8 @@ def test_events_describe_every_round(models) -> None:
     assert "".join(e.text for e in kept) == done.text
     assert len(rounds) == done.stats.rounds == done.stats.target_calls
     assert sum(r.accepted for r in rounds) == done.stats.accepted
+    # one draft forward pass per drafted token: the first also catches the cache up
+    assert done.stats.draft_calls == done.stats.drafted
     assert len(rejected) == sum(1 for r in rounds if r.accepted < r.drafted)
     # within a round: accepted tokens, then (rejected, correction) or a bonus token
     for r in rounds:
