@@ -1,0 +1,1 @@
+"""Subcommands of the ``edgespec`` CLI, one module each, each with ``register(subparsers)``."""

@@ -1,0 +1,100 @@
+"""``edgespec generate``: one prompt in, text (or one JSON object) out."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..engine import stream_generate
+from ..errors import InvalidParameterError
+from ..events import DoneEvent, TokenEvent, TokenKind
+from ..loading import load_pair
+from .options import add_model_options, add_sampling_options, sampling_from_args
+
+DEFAULT_PROMPT = "The three most useful things to know about the sea are"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the generate subcommand."""
+    p = sub.add_parser("generate", help="generate text from a prompt")
+    add_model_options(p)
+    add_sampling_options(p)
+    p.add_argument("--prompt", help="prompt text")
+    p.add_argument("--prompt-file", type=Path, help="read the prompt from a file")
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--plain", action="store_true", help="target only, no speculation")
+    p.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    p.set_defaults(run=run)
+
+
+def _read_prompt(args: argparse.Namespace) -> str:
+    if args.prompt is not None and args.prompt_file is not None:
+        raise InvalidParameterError("give --prompt or --prompt-file, not both")
+    if args.prompt_file is not None:
+        try:
+            return args.prompt_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise InvalidParameterError(
+                f"cannot read prompt file {args.prompt_file}: {e}"
+            ) from None
+    return args.prompt if args.prompt is not None else DEFAULT_PROMPT
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run generate; stream text to stdout, or print one JSON object with --json."""
+    sampling = sampling_from_args(args)
+    if args.gamma < 0:
+        raise InvalidParameterError(f"gamma must be >= 0, got {args.gamma}")
+    if args.max_tokens < 0:
+        raise InvalidParameterError(f"max-tokens must be >= 0, got {args.max_tokens}")
+    prompt = _read_prompt(args)
+    target, drafter = load_pair(
+        args.target,
+        "none" if args.plain else args.draft,
+        n_ctx=args.ctx,
+        n_threads=args.threads,
+        gpu_layers=args.gpu_layers,
+        draft_gpu_layers=args.draft_gpu_layers,
+    )
+    gamma = args.gamma if drafter else 0
+    done = None
+    for ev in stream_generate(
+        target,
+        prompt,
+        drafter=drafter,
+        max_tokens=args.max_tokens,
+        sampling=sampling,
+        gamma=gamma,
+        seed=args.seed,
+        stop=args.stop,
+    ):
+        if isinstance(ev, TokenEvent) and not args.json and ev.kind is not TokenKind.REJECTED:
+            sys.stdout.write(ev.text)
+            sys.stdout.flush()
+        elif isinstance(ev, DoneEvent):
+            done = ev
+    assert done is not None
+    s = done.stats
+    if args.json:
+        out = {
+            "text": done.text,
+            "tokens": list(done.tokens),
+            "stop_reason": done.stop_reason.value,
+            "target": str(target.path),
+            "draft": drafter.name if drafter else None,
+            "gamma": gamma,
+            "stats": s.to_dict(),
+        }
+        print(json.dumps(out, ensure_ascii=False))
+    else:
+        sys.stdout.write("\n")
+        print(
+            f"[{s.generated} tokens, {s.tokens_per_second:.1f} tok/s, "
+            f"accepted {s.accepted}/{s.drafted} drafts, "
+            f"{s.mean_accepted_per_call:.2f} tokens per target call, "
+            f"stop: {done.stop_reason.value}]",
+            file=sys.stderr,
+        )
+    return 0

@@ -1,0 +1,45 @@
+"""Option groups that several subcommands share, and turning them into objects."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..engine import DEFAULT_GAMMA, DEFAULT_MAX_TOKENS
+from ..sampling import (
+    DEFAULT_MIN_P,
+    DEFAULT_TEMPERATURE,
+    DEFAULT_TOP_K,
+    DEFAULT_TOP_P,
+    SamplingParams,
+)
+
+DEFAULT_TARGET = "gemma-3-270m"
+DEFAULT_DRAFT = "none"
+
+
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    """--target/--draft and how to run them (threads, context, GPU layers)."""
+    p.add_argument("--target", default=DEFAULT_TARGET, help="target: .gguf path or model name")
+    p.add_argument("--draft", default=DEFAULT_DRAFT, help="draft: .gguf path, model name, or none")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    p.add_argument("--ctx", type=int, default=None, help="context length in tokens")
+    p.add_argument("--gpu-layers", type=int, default=0, help="target layers to offload")
+    p.add_argument("--draft-gpu-layers", type=int, default=0, help="draft layers to offload")
+
+
+def add_sampling_options(p: argparse.ArgumentParser) -> None:
+    """Sampling and speculation knobs."""
+    p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
+    p.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=DEFAULT_TOP_K, help="0 disables")
+    p.add_argument("--top-p", type=float, default=DEFAULT_TOP_P)
+    p.add_argument("--min-p", type=float, default=DEFAULT_MIN_P)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--gamma", type=int, default=DEFAULT_GAMMA, help="draft tokens per round")
+
+
+def sampling_from_args(args: argparse.Namespace) -> SamplingParams:
+    """SamplingParams from parsed options (validates them)."""
+    return SamplingParams(
+        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p
+    )
