@@ -1,0 +1,234 @@
+"""The chat app driven with Textual's Pilot against a scripted fake engine."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+
+import pytest
+
+from edgespec.errors import ModelLoadError
+from edgespec.events import TokenKind
+from tui.prompt import ChatMessage
+from tui.screens.conversations import ConversationsScreen
+from tui.store import ConversationStore
+from tui.widgets.assistant_message import AssistantMessage
+from tui.widgets.chat_log import ChatLog, ModeBanner, UserMessage
+from tui.widgets.prompt_input import PromptInput
+from tui.widgets.stats_panel import StatsPanel
+
+from .conftest import send, settle
+from .fakes import SCRIPT, FakeEngine, context_full
+
+pytestmark = pytest.mark.asyncio
+
+REPLY = "The sea is calm today."
+
+
+def replies(app) -> list[AssistantMessage]:
+    return list(app.chat.query(AssistantMessage))
+
+
+def style_of(msg: AssistantMessage, kind: TokenKind):
+    return msg.get_component_rich_style(f"token--{kind.value}", partial=True)
+
+
+async def test_reply_streams_with_a_style_per_token_kind(app_with) -> None:
+    engine = FakeEngine()
+    app = app_with(engine, linger_s=math.inf)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await send(pilot, "Hello sea")
+        assert engine.calls[0][0] == [ChatMessage("user", "Hello sea")]
+        (msg,) = replies(app)
+        assert msg.text == REPLY
+        assert [(p.kind, p.text) for p in msg.pieces] == [x for rnd in SCRIPT for x in rnd]
+        text = msg.rich_text()
+        assert text.plain.startswith("The sea ocean is calm today.")
+        styles = {text.plain[s.start : s.end]: s.style for s in text.spans}
+        assert styles["The"] == style_of(msg, TokenKind.ACCEPTED)
+        assert styles[" ocean"] == style_of(msg, TokenKind.REJECTED)
+        assert styles[" ocean"].strike
+        assert styles[" is"] == style_of(msg, TokenKind.CORRECTION)
+        assert styles["."] == style_of(msg, TokenKind.BONUS)
+        kinds = {TokenKind.ACCEPTED, TokenKind.REJECTED, TokenKind.CORRECTION, TokenKind.BONUS}
+        assert len({str(style_of(msg, k)) for k in kinds}) == 4  # four distinct looks
+        assert not app.chat.generating
+        assert app.chat.query_one(PromptInput).text == ""
+
+
+async def test_rejected_tokens_fade_unless_kept(app_with) -> None:
+    app = app_with(linger_s=0.0)
+    async with app.run_test() as pilot:
+        await settle(pilot)
+        await send(pilot, "Hi")
+        (msg,) = replies(app)
+        assert "ocean" not in msg.rich_text().plain
+        await pilot.press("f6")
+        assert msg.show_rejected
+        assert "ocean" in msg.rich_text().plain
+        await pilot.press("f6")
+        assert "ocean" not in msg.rich_text().plain
+
+
+async def test_stop_mid_generation_keeps_the_app_and_the_partial_reply(app_with) -> None:
+    gate = threading.Event()
+    engine = FakeEngine(gate=gate, pause_after=3)  # waits after "The", " sea", " ocean"
+    app = app_with(engine, linger_s=math.inf)
+    async with app.run_test() as pilot:
+        await settle(pilot)
+        await send(pilot, "Hi", wait=False)
+        assert await asyncio.to_thread(engine.paused.wait, 30)
+        assert app.chat.generating
+        await pilot.press("escape")
+        gate.set()
+        await settle(pilot)
+        assert app.is_running and not app.chat.generating
+        (msg,) = replies(app)
+        assert msg.text == "The sea" and msg.status == "stopped"
+        assert engine.closed_streams == 1  # the engine's generator was closed
+        saved = ConversationStore(app.config.store.dir.parent).load(app.chat.conversation.id)
+        assert saved.messages[-1].role == "assistant" and saved.messages[-1].stopped
+        assert saved.messages[-1].content == "The sea"
+        # the next turn carries on from the partial reply
+        await send(pilot, "More")
+        assert [m.content for m in engine.calls[1][0]] == ["Hi", "The sea", "More"]
+        assert replies(app)[-1].text == REPLY
+
+
+async def test_multi_turn_sends_the_whole_conversation(app_with) -> None:
+    engine = FakeEngine()
+    app = app_with(engine)
+    async with app.run_test() as pilot:
+        await settle(pilot)
+        await send(pilot, "One")
+        await send(pilot, "Two")
+        assert engine.calls[1][0] == [
+            ChatMessage("user", "One"),
+            ChatMessage("assistant", REPLY),
+            ChatMessage("user", "Two"),
+        ]
+        panel = app.chat.query_one(StatsPanel).rich_text().plain
+        assert "8 cached" in panel  # what the engine reported about the KV cache
+
+
+async def test_new_chat_starts_empty(app_with) -> None:
+    engine = FakeEngine()
+    app = app_with(engine)
+    async with app.run_test() as pilot:
+        await settle(pilot)
+        await send(pilot, "One")
+        old_id = app.chat.conversation.id
+        await pilot.press("ctrl+n")
+        await pilot.pause()
+        log = app.chat.query_one(ChatLog)
+        assert not log.query(UserMessage) and not log.query(AssistantMessage)
+        assert app.chat.conversation.id != old_id and not app.chat.conversation.messages
+        await send(pilot, "Fresh")
+        assert engine.calls[-1][0] == [ChatMessage("user", "Fresh")]
+
+
+async def test_reopen_a_saved_conversation(app_with, data_dir) -> None:
+    engine = FakeEngine()
+    app = app_with(engine, show_rejected=True)
+    async with app.run_test() as pilot:
+        await settle(pilot)
+        await send(pilot, "Remember me")
+        saved_id = app.chat.conversation.id
+        await pilot.press("ctrl+n")
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        assert isinstance(app.screen, ConversationsScreen)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.chat.conversation.id == saved_id
+        (user,) = app.chat.query(UserMessage)
+        assert user.text == "Remember me"
+        (msg,) = replies(app)
+        assert msg.text == REPLY and not msg.streaming
+        assert [p.kind for p in msg.pieces][:4] == [k for k, _ in SCRIPT[0]]  # colours kept
+        await send(pilot, "And now?")
+        assert [m.content for m in engine.calls[-1][0]] == ["Remember me", REPLY, "And now?"]
+    assert len(ConversationStore(data_dir).list()) == 1
+
+
+async def test_completion_mode_is_labelled(app_with) -> None:
+    app = app_with(FakeEngine(chat_mode=False, draft=None))
+    async with app.run_test() as pilot:
+        await settle(pilot)
+        banner = app.chat.query_one(ModeBanner)
+        assert banner.has_class("-completion")
+        assert "Completion mode" in str(banner.render())
+        assert "COMPLETION" in app.chat.sub_title
+        await send(pilot, "Once upon a time")
+        (msg,) = replies(app)
+        assert {p.kind for p in msg.pieces} == {TokenKind.PLAIN}
+        assert app.chat.conversation.mode == "completion"
+
+
+async def test_settings_change_on_the_fly(app_with) -> None:
+    engine = FakeEngine()
+    app = app_with(engine)
+    async with app.run_test() as pilot:
+        await settle(pilot)
+        await pilot.press("f3", "f3", "f2", "f4", "f4")
+        assert app.chat.settings.gamma == 4
+        assert app.chat.settings.temperature == 0.7
+        await send(pilot, "Go")
+        assert engine.calls[-1][1].gamma == 4 and engine.calls[-1][1].temperature == 0.7
+        await pilot.press("f5")  # fake-draft -> none
+        await settle(pilot)
+        assert app.chat.engine_info.draft is None
+        await send(pilot, "Plain now")
+        assert {p.kind for p in replies(app)[-1].pieces} == {TokenKind.PLAIN}
+        assert "none" in app.chat.query_one(StatsPanel).rich_text().plain
+
+
+async def test_newline_key_and_multiline_message(app_with) -> None:
+    engine = FakeEngine()
+    app = app_with(engine)
+    async with app.run_test() as pilot:
+        await settle(pilot)
+        await pilot.press("a", "ctrl+j", "b")
+        assert app.chat.query_one(PromptInput).text == "a\nb"
+        await pilot.press("enter")
+        await settle(pilot)
+        assert engine.calls[0][0][-1].content == "a\nb"
+
+
+async def test_missing_model_is_a_notification(app_with) -> None:
+    def factory():
+        raise ModelLoadError("model file not found: nowhere.gguf")
+
+    from tui.app import make_app
+
+    app = make_app(factory, store=app_with().config.store)
+    async with app.run_test() as pilot:
+        await settle(pilot)
+        assert any("nowhere.gguf" in n.message for n in app._notifications)
+        await send(pilot, "Hello")
+        assert app.is_running
+        assert any("Cannot send" in n.message for n in app._notifications)
+        assert app.chat.query_one(PromptInput).text == "Hello"  # kept for later
+
+
+async def test_context_full_gives_the_message_back(app_with) -> None:
+    app = app_with(FakeEngine(fail_with=context_full()))
+    async with app.run_test() as pilot:
+        await settle(pilot)
+        await send(pilot, "Too long")
+        assert any("context holds" in n.message for n in app._notifications)
+        assert not app.chat.conversation.messages
+        assert not app.chat.query(UserMessage) and not replies(app)
+        assert app.chat.query_one(PromptInput).text == "Too long"
+
+
+async def test_ctrl_q_quits_with_status_0(app_with) -> None:
+    app = app_with()
+    async with app.run_test() as pilot:
+        await settle(pilot)
+        await pilot.press("ctrl+q")
+        await pilot.pause()
+    assert not app.is_running
+    assert (app.return_code or 0) == 0

@@ -1,0 +1,75 @@
+"""``edgespec chat``: registered through the ``edgespec.commands`` entry-point group."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from functools import partial
+
+from edgespec.commands.options import add_model_options, add_sampling_options
+from edgespec.errors import EdgespecError, InvalidParameterError
+from edgespec.loading import NO_DRAFT, resolve_model
+
+from .session import GenerationSettings, LlamaChatEngine, ModelChoice
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the chat subcommand."""
+    p = sub.add_parser(
+        "chat", help="chat in the terminal and watch speculative decoding token by token"
+    )
+    add_model_options(p)
+    add_sampling_options(p)
+    p.add_argument(
+        "--show-rejected",
+        action="store_true",
+        help="keep rejected draft tokens visible (F6 toggles it in the app)",
+    )
+    p.set_defaults(run=run)
+
+
+def settings_from_args(args: argparse.Namespace) -> GenerationSettings:
+    """GenerationSettings from the parsed options (InvalidParameterError when out of range)."""
+    settings = GenerationSettings(
+        gamma=args.gamma,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        min_p=args.min_p,
+        max_tokens=args.max_tokens,
+        seed=args.seed,
+    )
+    settings.sampling()  # validates temperature, top-k, top-p, min-p
+    if settings.gamma < 0:
+        raise InvalidParameterError(f"gamma must be >= 0, got {settings.gamma}")
+    if settings.max_tokens < 0:
+        raise InvalidParameterError(f"max-tokens must be >= 0, got {settings.max_tokens}")
+    return settings
+
+
+def run(args: argparse.Namespace) -> int:
+    """Open the app; returns its exit status (0 after Ctrl+Q)."""
+    from .app import make_app
+
+    settings = settings_from_args(args)
+    choice = ModelChoice(
+        target=args.target,
+        draft=args.draft,
+        n_ctx=args.ctx,
+        threads=args.threads,
+        gpu_layers=args.gpu_layers,
+        draft_gpu_layers=args.draft_gpu_layers,
+    )
+    # Fetch named models before the app takes the terminal, so download progress
+    # shows as plain lines; any error is left for the app to show as a notification.
+    for spec in (choice.target, choice.draft):
+        if spec.lower() not in NO_DRAFT:
+            with contextlib.suppress(EdgespecError):
+                resolve_model(spec)
+    app = make_app(
+        partial(LlamaChatEngine.load, choice),
+        settings=settings,
+        show_rejected=args.show_rejected,
+    )
+    app.run()
+    return app.return_code or 0

@@ -1,0 +1,42 @@
+"""Messages the engine workers post to the UI: small dataclasses, safe to post from threads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.message import Message
+
+from edgespec.events import Event
+
+from .session import EngineInfo
+
+
+@dataclass
+class EngineLoaded(Message):
+    """The model pair is loaded (or the drafter changed): what to show about it."""
+
+    info: EngineInfo
+
+
+@dataclass
+class EngineFailed(Message):
+    """Loading the models, or changing the drafter, failed; the message is for a person."""
+
+    error: str
+
+
+@dataclass
+class ReplyEvent(Message):
+    """One engine event of reply number reply_id."""
+
+    reply_id: int
+    event: Event
+
+
+@dataclass
+class ReplyEnded(Message):
+    """The reply's worker finished: normally, stopped by the user, or with an error."""
+
+    reply_id: int
+    stopped: bool = False
+    error: str | None = None

@@ -1,0 +1,412 @@
+"""The main screen: conversation, live stats, legend, message box, footer.
+
+The engine runs in Textual thread workers; one lock keeps it to one job at a
+time (loading, a reply, switching drafter). Workers post small messages
+(``tui.messages``) and the widgets are updated from those on the UI thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.widgets import Footer, Header
+
+from edgespec.errors import EdgespecError
+from edgespec.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind
+
+from ..messages import EngineFailed, EngineLoaded, ReplyEnded, ReplyEvent
+from ..metrics import PlainCallMeter, ReplyMetrics
+from ..prompt import ChatMessage
+from ..session import ChatEngine, EngineFactory, EngineInfo, GenerationSettings
+from ..store import Conversation, ConversationStore, StoredMessage
+from ..widgets.assistant_message import AssistantMessage, TokenPiece
+from ..widgets.chat_log import ChatLog
+from ..widgets.legend import Legend
+from ..widgets.prompt_input import PromptInput
+from ..widgets.stats_panel import StatsPanel
+from .conversations import ConversationsScreen
+
+MAX_GAMMA = 16
+TEMPERATURES = (0.0, 0.3, 0.7, 1.0)
+_KINDS = {k.value for k in TokenKind}
+
+
+@dataclass
+class ChatConfig:
+    """Everything the chat screen needs from outside: how to get an engine, where to save."""
+
+    engine_factory: EngineFactory
+    store: ConversationStore
+    settings: GenerationSettings = field(default_factory=GenerationSettings)
+    linger_s: float = 1.5  # how long a rejected draft token stays visible
+    show_rejected: bool = False
+
+
+def _error_text(e: BaseException) -> str:
+    return str(e) if isinstance(e, EdgespecError) else f"internal error: {type(e).__name__}: {e}"
+
+
+class ChatScreen(Screen):
+    """Chat with the target model while watching the drafter's proposals being judged."""
+
+    BINDINGS = [
+        # priority: these work while the message box has focus
+        Binding("enter", "send", "Send", priority=True),
+        Binding("escape", "stop", "Stop", priority=True),
+        Binding("ctrl+n", "new_chat", "New", priority=True),
+        Binding("ctrl+o", "open", "Open", priority=True),
+        Binding("f2", "gamma(-1)", "γ-", priority=True),
+        Binding("f3", "gamma(1)", "γ+", priority=True),
+        Binding("f4", "temperature", "Temp", priority=True),
+        Binding("f5", "drafter", "Draft", priority=True),
+        Binding("f6", "toggle_rejected", "Rejected", priority=True),
+    ]
+
+    def __init__(self, config: ChatConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.settings = config.settings
+        self.show_rejected = config.show_rejected
+        self.engine: ChatEngine | None = None
+        self.engine_info: EngineInfo | None = None
+        self.engine_error: str | None = None
+        self.conversation = Conversation()
+        self.meter = PlainCallMeter()
+        self.generating = False
+        self._lock = threading.Lock()
+        self._reply_id = 0
+        self._stop = threading.Event()
+        self._reply: AssistantMessage | None = None
+        self._metrics: ReplyMetrics | None = None
+
+    def compose(self) -> ComposeResult:
+        """Header, conversation and stats side by side, legend, message box, footer."""
+        yield Header(icon="◆")
+        with Horizontal(id="main"):
+            yield ChatLog(id="chat")
+            yield StatsPanel(id="stats")
+        yield Legend(id="legend")
+        yield PromptInput(id="prompt", placeholder="Loading models…")
+        yield Footer(compact=True, show_command_palette=False)
+
+    def on_mount(self) -> None:
+        """Start loading the models off the UI thread."""
+        self.title = "edgespec chat"
+        self.sub_title = "loading models…"
+        self.query_one(StatsPanel).show(settings=self.settings, meter=self.meter)
+        self.query_one(PromptInput).focus()
+        self._load_engine()
+
+    # --- engine workers --------------------------------------------------------
+
+    @work(thread=True, group="engine", exit_on_error=False)
+    def _load_engine(self) -> None:
+        with self._lock:
+            try:
+                engine = self.config.engine_factory()
+                info = engine.info
+            except Exception as e:  # never a traceback: the app shows it
+                self.post_message(EngineFailed(_error_text(e)))
+                return
+            self.engine = engine
+        self.post_message(EngineLoaded(info))
+
+    @work(thread=True, group="engine", exit_on_error=False)
+    def _switch_drafter(self, engine: ChatEngine, choice: str) -> None:
+        with self._lock:
+            try:
+                engine.set_drafter(choice)
+                info = engine.info
+            except Exception as e:
+                self.post_message(EngineFailed(f"cannot use drafter {choice}: {_error_text(e)}"))
+                return
+        self.post_message(EngineLoaded(info))
+
+    @work(thread=True, group="reply", exit_on_error=False)
+    def _generate(
+        self,
+        engine: ChatEngine,
+        reply_id: int,
+        messages: list[ChatMessage],
+        settings: GenerationSettings,
+        stop: threading.Event,
+    ) -> None:
+        stopped = False
+        with self._lock:
+            try:
+                events: Iterator[Any] = engine.stream_reply(messages, settings)
+                try:
+                    for ev in events:
+                        if stop.is_set():
+                            stopped = True
+                            break
+                        self.post_message(ReplyEvent(reply_id, ev))
+                finally:
+                    close = getattr(events, "close", None)
+                    if close is not None:
+                        close()  # the engine's generator ends here; caches resync next turn
+            except Exception as e:
+                self.post_message(ReplyEnded(reply_id, error=_error_text(e)))
+                return
+        self.post_message(ReplyEnded(reply_id, stopped=stopped))
+
+    # --- messages from workers ----------------------------------------------------
+
+    def on_engine_loaded(self, msg: EngineLoaded) -> None:
+        """Show the loaded pair; say so when it is a base model (completion mode)."""
+        first = self.engine_info is None
+        self.engine_info, self.engine_error = msg.info, None
+        info = msg.info
+        mode = "chat" if info.chat_mode else "COMPLETION MODE"
+        self.sub_title = f"{info.target} · draft: {info.draft or 'none'} · {mode}"
+        chat_log = self.query_one(ChatLog)
+        if info.chat_mode:
+            chat_log.set_banner(
+                f"Chat with {info.target} (its own chat template).", completion=False
+            )
+        else:
+            chat_log.set_banner(
+                f"Completion mode: {info.target} has no chat template; it continues your text.",
+                completion=True,
+            )
+        prompt = self.query_one(PromptInput)
+        prompt.placeholder = (
+            "Message (Enter sends, Shift+Enter/Ctrl+J new line)"
+            if info.chat_mode
+            else "Text to continue (Enter sends)"
+        )
+        self.query_one(StatsPanel).show(info=info, status="ready")
+        if not first:
+            self.notify(f"drafter: {info.draft or 'none'}", title="Drafter changed")
+        elif info.draft is None and len(info.drafter_choices) > 1:
+            self.notify("No draft model: the target decodes alone. F5 switches drafter.")
+
+    def on_engine_failed(self, msg: EngineFailed) -> None:
+        """Loading failed: keep the app open and say why."""
+        if self.engine is None:
+            self.engine_error = msg.error
+            self.sub_title = "no model loaded"
+            self.query_one(StatsPanel).show(status="no model")
+        self.notify(msg.error, title="Model error", severity="error", timeout=10)
+
+    def on_reply_event(self, msg: ReplyEvent) -> None:
+        """Feed one engine event to the reply and the stats panel."""
+        if msg.reply_id != self._reply_id or self._reply is None or self._metrics is None:
+            return  # a reply the person already left (new chat, reopened conversation)
+        ev = msg.event
+        if isinstance(ev, TokenEvent):
+            self._reply.add_token(ev)
+            self.query_one(ChatLog).follow()
+        elif isinstance(ev, RoundEvent):
+            self._metrics.on_round(ev, self.meter)
+            self.query_one(StatsPanel).show(metrics=self._metrics)
+        elif isinstance(ev, DoneEvent):
+            self._metrics.on_done(ev)
+            self._reply.finish(ev)
+            if ev.stop_reason is StopReason.CONTEXT_FULL:
+                self.notify(
+                    "The context is full: the reply was cut. Ctrl+N starts a new chat.",
+                    severity="warning",
+                )
+
+    def on_reply_ended(self, msg: ReplyEnded) -> None:
+        """Save the reply (also a stopped one); on an error, give the message back."""
+        if msg.reply_id != self._reply_id:
+            return
+        self.generating = False
+        reply, metrics = self._reply, self._metrics
+        self._reply = None
+        panel = self.query_one(StatsPanel)
+        if reply is None:
+            return
+        if msg.error is not None and not reply.text:
+            self._undo_turn(reply)
+            panel.show(status="error")
+            self.notify(msg.error, title="Generation failed", severity="error", timeout=10)
+            return
+        if msg.error is not None:
+            self.notify(msg.error, title="Generation failed", severity="error", timeout=10)
+        status = "stopped" if msg.stopped else ("error" if msg.error else "")
+        reply.finish(status=status)
+        panel.show(status=status or (metrics.stop_reason if metrics else "done") or "done")
+        self.conversation.messages.append(
+            StoredMessage(
+                role="assistant",
+                content=reply.text,
+                segments=[(p.kind.value, p.text) for p in reply.pieces if p.text],
+                stopped=msg.stopped,
+                stats=metrics.stats.to_dict() if metrics else None,
+            )
+        )
+        self._save()
+
+    def _undo_turn(self, reply: AssistantMessage) -> None:
+        # Nothing was generated: drop the turn and put the text back in the box.
+        chat_log = self.query_one(ChatLog)
+        if self.conversation.messages and self.conversation.messages[-1].role == "user":
+            text = self.conversation.messages.pop().content
+            prompt = self.query_one(PromptInput)
+            if not prompt.text:
+                prompt.text = text
+        reply.remove()
+        users = list(chat_log.query("UserMessage"))
+        if users:
+            users[-1].remove()
+        self._save()
+
+    # --- actions ------------------------------------------------------------------
+
+    def on_prompt_input_submitted(self, msg: PromptInput.Submitted) -> None:
+        """Enter in the message box."""
+        if self.send(msg.text):
+            msg.input.clear()
+
+    def action_send(self) -> None:
+        """Send what is in the message box."""
+        self.query_one(PromptInput).action_submit()
+
+    def send(self, text: str) -> bool:
+        """Start a reply to text; False (with a notification) when that cannot happen now."""
+        if self.engine is None or self.engine_info is None:
+            why = self.engine_error or "the models are still loading"
+            self.notify(f"Cannot send: {why}", severity="warning")
+            return False
+        if self.generating:
+            self.notify("A reply is still streaming: Esc stops it.", severity="warning")
+            return False
+        info = self.engine_info
+        self.conversation.target = info.target
+        self.conversation.draft = info.draft
+        self.conversation.mode = "chat" if info.chat_mode else "completion"
+        self.conversation.messages.append(StoredMessage(role="user", content=text))
+        self._save()
+        chat_log = self.query_one(ChatLog)
+        chat_log.add_user(text)
+        self._reply = chat_log.add_assistant(
+            linger_s=self.config.linger_s, show_rejected=self.show_rejected
+        )
+        gamma = self.settings.gamma if info.draft else 0
+        self._metrics = ReplyMetrics(gamma=gamma)
+        self.query_one(StatsPanel).show(metrics=self._metrics, status="generating…")
+        self._reply_id += 1
+        self._stop = threading.Event()
+        self.generating = True
+        messages = [ChatMessage(m.role, m.content) for m in self.conversation.messages]
+        self._generate(self.engine, self._reply_id, messages, self.settings, self._stop)
+        return True
+
+    def action_stop(self) -> None:
+        """Stop the streaming reply (the app keeps running)."""
+        if self.generating:
+            self._stop.set()
+            self.query_one(StatsPanel).show(status="stopping…")
+
+    def _abandon_reply(self) -> None:
+        # Leave the current reply behind: its worker stops, its late events are ignored.
+        if self.generating:
+            self._stop.set()
+            self._reply_id += 1
+            self.generating = False
+        self._reply, self._metrics = None, None
+
+    def action_new_chat(self) -> None:
+        """Start an empty conversation (the old one stays saved)."""
+        self._abandon_reply()
+        self.conversation = Conversation()
+        self.query_one(ChatLog).clear_messages()
+        self.query_one(StatsPanel).show(clear_metrics=True, status="ready" if self.engine else None)
+        self.query_one(PromptInput).focus()
+        self.notify("New chat")
+
+    def action_open(self) -> None:
+        """Choose a saved conversation to reopen."""
+        self.app.push_screen(ConversationsScreen(self.config.store.list()), self._reopen)
+
+    def _reopen(self, conv_id: str | None) -> None:
+        if conv_id is None:
+            return
+        try:
+            conv = self.config.store.load(conv_id)
+        except (OSError, ValueError) as e:
+            self.notify(f"Cannot open conversation: {e}", severity="error")
+            return
+        self.load_conversation(conv)
+
+    def load_conversation(self, conv: Conversation) -> None:
+        """Show a saved conversation; the next message continues it."""
+        self._abandon_reply()
+        self.conversation = conv
+        chat_log = self.query_one(ChatLog)
+        chat_log.clear_messages()
+        for m in conv.messages:
+            if m.role == "user":
+                chat_log.add_user(m.content)
+            elif m.role == "assistant":
+                pieces = [
+                    TokenPiece(TokenKind(k), t)
+                    for k, t in (m.segments or [(TokenKind.PLAIN.value, m.content)])
+                    if k in _KINDS
+                ]
+                chat_log.add_assistant(
+                    pieces,
+                    linger_s=self.config.linger_s,
+                    show_rejected=self.show_rejected,
+                    streaming=False,
+                    status="stopped" if m.stopped else "",
+                )
+        self.query_one(StatsPanel).show(clear_metrics=True)
+        self.query_one(PromptInput).focus()
+        self.notify(f"Opened: {conv.title or conv.default_title()}")
+
+    def action_gamma(self, delta: int) -> None:
+        """Draft tokens per round, from the next reply on."""
+        gamma = min(MAX_GAMMA, max(0, self.settings.gamma + delta))
+        self._set(replace(self.settings, gamma=gamma), f"gamma = {gamma}")
+
+    def action_temperature(self) -> None:
+        """Cycle the temperature through 0 (greedy), 0.3, 0.7, 1.0."""
+        t = self.settings.temperature
+        nxt = next((x for x in TEMPERATURES if x > t), TEMPERATURES[0])
+        self._set(replace(self.settings, temperature=nxt), f"temperature = {nxt:g}")
+
+    def _set(self, settings: GenerationSettings, what: str) -> None:
+        self.settings = settings
+        self.query_one(StatsPanel).show(settings=settings)
+        self.notify(what + (" (from the next reply)" if self.generating else ""))
+
+    def action_drafter(self) -> None:
+        """Switch to the next drafter (none, the --draft model, the target itself)."""
+        if self.engine is None or self.engine_info is None:
+            self.notify("No model loaded.", severity="warning")
+            return
+        if self.generating:
+            self.notify("Stop the reply first (Esc), then switch drafter.", severity="warning")
+            return
+        choices = list(self.engine_info.drafter_choices)
+        current = self.engine_info.draft or "none"
+        nxt = choices[(choices.index(current) + 1) % len(choices)] if current in choices else "none"
+        self.query_one(StatsPanel).show(status=f"loading drafter {nxt}…")
+        self._switch_drafter(self.engine, nxt)
+
+    def action_toggle_rejected(self) -> None:
+        """Keep rejected draft tokens visible (for study) or let them fade."""
+        self.show_rejected = not self.show_rejected
+        for msg in self.query(AssistantMessage):
+            msg.show_rejected = self.show_rejected
+        self.notify("rejected tokens: " + ("kept" if self.show_rejected else "fade out"))
+
+    def _save(self) -> None:
+        if not self.conversation.messages:
+            return
+        try:
+            self.config.store.save(self.conversation)
+        except (OSError, ValueError) as e:
+            self.notify(f"Could not save the conversation: {e}", severity="error")

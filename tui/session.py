@@ -1,0 +1,209 @@
+"""The app's only door to the engine: load a model pair, build prompts, stream a reply.
+
+Everything model-specific the app needs goes through the small ``ChatEngine``
+protocol, so tests can swap in a scripted fake that yields the same
+``edgespec.events`` dataclasses. ``LlamaChatEngine`` is the real one, built on
+edgespec's public API (``load_pair``, ``stream_generate``, ``LlamaModel``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from edgespec.backend import LlamaModel
+from edgespec.compat import check_compatible
+from edgespec.drafters import Drafter, ModelDrafter
+from edgespec.engine import DEFAULT_GAMMA, DEFAULT_MAX_TOKENS, stream_generate
+from edgespec.events import Event
+from edgespec.loading import NO_DRAFT, load_pair, resolve_model
+from edgespec.sampling import (
+    DEFAULT_MIN_P,
+    DEFAULT_TEMPERATURE,
+    DEFAULT_TOP_K,
+    DEFAULT_TOP_P,
+    SamplingParams,
+)
+
+from .prompt import ChatMessage, PromptFormat
+
+SELF_DRAFT = "self"  # drafter choice: a second copy of the target drafts for itself
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """Knobs a person can change between replies."""
+
+    gamma: int = DEFAULT_GAMMA
+    temperature: float = DEFAULT_TEMPERATURE
+    top_k: int = DEFAULT_TOP_K
+    top_p: float = DEFAULT_TOP_P
+    min_p: float = DEFAULT_MIN_P
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    seed: int | None = None
+
+    def sampling(self) -> SamplingParams:
+        """The engine's SamplingParams (validates the values)."""
+        return SamplingParams(
+            temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p
+        )
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What the UI shows about the loaded models."""
+
+    target: str
+    draft: str | None  # None: the target decodes alone
+    chat_mode: bool  # False: base model, completion mode
+    n_ctx: int
+    drafter_choices: tuple[str, ...] = ("none",)
+
+
+class ChatEngine(Protocol):
+    """What the app needs from a loaded model pair (the fake in tests implements it too)."""
+
+    @property
+    def info(self) -> EngineInfo:
+        """Names, mode and drafter choices of the loaded pair."""
+        ...
+
+    def set_drafter(self, choice: str) -> None:
+        """Switch the drafter to one of info.drafter_choices (may load a model: slow)."""
+        ...
+
+    def stream_reply(
+        self, messages: Sequence[ChatMessage], settings: GenerationSettings
+    ) -> Iterator[Event]:
+        """Generate the assistant's next reply to messages, as engine events."""
+        ...
+
+    def close(self) -> None:
+        """Free the models."""
+        ...
+
+
+EngineFactory = Callable[[], ChatEngine]
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """Which models to load and how (the CLI's model options)."""
+
+    target: str
+    draft: str = "none"
+    n_ctx: int | None = None
+    threads: int | None = None
+    gpu_layers: int = 0
+    draft_gpu_layers: int = 0
+
+
+def display_name(spec: str) -> str:
+    """A short name for a model spec: the model name, or the .gguf file's stem."""
+    return Path(spec).stem if spec.endswith(".gguf") or "/" in spec else spec
+
+
+class LlamaChatEngine:
+    """The real engine: a target LlamaModel, an optional drafter, the target's template."""
+
+    def __init__(self, choice: ModelChoice, target: LlamaModel, drafter: Drafter | None) -> None:
+        self.choice = choice
+        self.target = target
+        self.drafter = drafter
+        self._draft_choice = "none" if drafter is None else display_name(choice.draft or SELF_DRAFT)
+        vocab = target.vocab_info()
+        self.format = PromptFormat(
+            template=target.chat_template(),
+            bos_token=target.token_bytes(vocab.bos, special=True).decode("utf-8", "replace"),
+            eos_token=target.token_bytes(vocab.eos, special=True).decode("utf-8", "replace"),
+        )
+
+    @classmethod
+    def load(cls, choice: ModelChoice) -> LlamaChatEngine:
+        """Load the pair (raises edgespec errors: missing model, incompatible pair, ...)."""
+        target, drafter = load_pair(
+            choice.target,
+            choice.draft,
+            n_ctx=choice.n_ctx,
+            n_threads=choice.threads,
+            gpu_layers=choice.gpu_layers,
+            draft_gpu_layers=choice.draft_gpu_layers,
+        )
+        return cls(choice, target, drafter)
+
+    def _choices(self) -> tuple[str, ...]:
+        out = ["none"]
+        if self.choice.draft.lower() not in NO_DRAFT:
+            out.append(display_name(self.choice.draft))
+        out.append(SELF_DRAFT)
+        return tuple(dict.fromkeys(out))
+
+    @property
+    def info(self) -> EngineInfo:
+        """Names, mode and drafter choices of the loaded pair."""
+        return EngineInfo(
+            target=display_name(self.choice.target),
+            draft=None if self.drafter is None else self._draft_choice,
+            chat_mode=self.format.chat_mode,
+            n_ctx=self.target.n_ctx,
+            drafter_choices=self._choices(),
+        )
+
+    def set_drafter(self, choice: str) -> None:
+        """Switch drafter: "none", the --draft model, or "self" (the target drafting for itself)."""
+        if choice == self._draft_choice:
+            return
+        if choice not in self._choices():
+            raise ValueError(f"unknown drafter {choice!r}")
+        new: Drafter | None = None
+        if choice != "none":
+            spec = self.choice.target if choice == SELF_DRAFT else self.choice.draft
+            model = LlamaModel(
+                resolve_model(spec),
+                n_ctx=self.target.n_ctx,
+                n_threads=self.choice.threads,
+                n_gpu_layers=self.choice.draft_gpu_layers,
+            )
+            try:
+                check_compatible(self.target, model)
+            except BaseException:
+                model.close()
+                raise
+            new = ModelDrafter(model)
+        self._close_drafter()
+        self.drafter, self._draft_choice = new, choice
+
+    def prompt_tokens(self, messages: Sequence[ChatMessage]) -> list[int]:
+        """The conversation as target token ids, ready for the assistant's reply."""
+        text = self.format.render(messages)
+        if self.format.chat_mode:
+            add_bos = not self.format.starts_with_bos(text)
+            return self.target.tokenize(text, add_special=add_bos, parse_special=True)
+        return self.target.tokenize(text, add_special=True, parse_special=False)
+
+    def stream_reply(
+        self, messages: Sequence[ChatMessage], settings: GenerationSettings
+    ) -> Iterator[Event]:
+        """stream_generate over the whole conversation; the KV cache keeps the common prefix."""
+        return stream_generate(
+            self.target,
+            self.prompt_tokens(messages),
+            drafter=self.drafter,
+            max_tokens=settings.max_tokens,
+            sampling=settings.sampling(),
+            gamma=settings.gamma if self.drafter is not None else 0,
+            seed=settings.seed,
+        )
+
+    def _close_drafter(self) -> None:
+        model = getattr(self.drafter, "model", None)
+        if isinstance(model, LlamaModel):
+            model.close()
+
+    def close(self) -> None:
+        """Free both models."""
+        self._close_drafter()
+        self.drafter = None
+        self.target.close()

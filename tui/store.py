@@ -1,0 +1,178 @@
+"""Saved conversations: one JSON file each, written atomically.
+
+Files live in ``<data dir>/conversations/<id>.json`` where the data directory is
+``platformdirs.user_data_dir("edgespec")`` or ``$EDGESPEC_DATA_DIR``. A save writes
+a temporary file in the same directory, fsyncs it and renames it over the old
+file, so a crash or a kill at any moment leaves either the old or the new
+conversation on disk, never a torn one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import tempfile
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+FORMAT_VERSION = 1
+TITLE_CHARS = 60
+
+
+def data_dir() -> Path:
+    """edgespec's data directory ($EDGESPEC_DATA_DIR overrides the platform default)."""
+    override = os.environ.get("EDGESPEC_DATA_DIR")
+    return Path(override) if override else Path(platformdirs.user_data_dir("edgespec"))
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def new_id() -> str:
+    """A sortable, unique conversation id: UTC time plus random hex."""
+    return datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+
+
+@dataclass
+class StoredMessage:
+    """One message; assistant messages keep their token kinds as (kind, text) pairs."""
+
+    role: str
+    content: str
+    segments: list[tuple[str, str]] | None = None
+    stopped: bool = False
+    stats: dict[str, float | int] | None = None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> StoredMessage:
+        """Build from a decoded JSON object (ValueError if malformed)."""
+        if not isinstance(d.get("role"), str) or not isinstance(d.get("content"), str):
+            raise ValueError("a message needs string role and content")
+        segs = d.get("segments")
+        return cls(
+            role=d["role"],
+            content=d["content"],
+            segments=[(str(k), str(t)) for k, t in segs] if segs else None,
+            stopped=bool(d.get("stopped", False)),
+            stats=d.get("stats"),
+        )
+
+
+@dataclass
+class Conversation:
+    """A saved chat: the messages and the models it was held with."""
+
+    id: str = field(default_factory=new_id)
+    title: str = ""
+    created: str = field(default_factory=_now)
+    updated: str = field(default_factory=_now)
+    target: str = ""
+    draft: str | None = None
+    mode: str = "chat"  # "chat" (template) or "completion" (base model)
+    messages: list[StoredMessage] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (with the format version)."""
+        d = asdict(self)
+        d["version"] = FORMAT_VERSION
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Conversation:
+        """Build from a decoded JSON object (ValueError if malformed)."""
+        if not isinstance(d, dict) or not isinstance(d.get("id"), str):
+            raise ValueError("not a conversation")
+        return cls(
+            id=d["id"],
+            title=str(d.get("title", "")),
+            created=str(d.get("created", "")),
+            updated=str(d.get("updated", "")),
+            target=str(d.get("target", "")),
+            draft=d.get("draft"),
+            mode=str(d.get("mode", "chat")),
+            messages=[StoredMessage.from_json(m) for m in d.get("messages", [])],
+        )
+
+    def default_title(self) -> str:
+        """The first user message, shortened to one line."""
+        for m in self.messages:
+            if m.role == "user" and m.content.strip():
+                line = " ".join(m.content.split())
+                return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1] + "…"
+        return "(empty)"
+
+
+class ConversationStore:
+    """Reads and atomically writes conversations under one directory."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.dir = (root if root is not None else data_dir()) / "conversations"
+
+    def path(self, conv_id: str) -> Path:
+        """Where a conversation's file lives."""
+        if not conv_id or "/" in conv_id or conv_id.startswith("."):
+            raise ValueError(f"bad conversation id {conv_id!r}")
+        return self.dir / f"{conv_id}.json"
+
+    def save(self, conv: Conversation) -> Path:
+        """Write conv atomically (temp file, fsync, rename); returns its path."""
+        conv.updated = _now()
+        if not conv.title:
+            conv.title = conv.default_title()
+        data = json.dumps(conv.to_json(), ensure_ascii=False, indent=1).encode("utf-8")
+        dest = self.path(conv.id)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=f".{conv.id}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, dest)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        _fsync_dir(self.dir)
+        return dest
+
+    def load(self, conv_id: str) -> Conversation:
+        """Read one conversation (OSError or ValueError if missing or malformed)."""
+        with open(self.path(conv_id), encoding="utf-8") as f:
+            return Conversation.from_json(json.load(f))
+
+    def list(self) -> list[Conversation]:
+        """Every readable conversation, most recently updated first (bad files skipped)."""
+        out = []
+        for p in self.dir.glob("*.json") if self.dir.is_dir() else ():
+            try:
+                out.append(self.load(p.stem))
+            except (OSError, ValueError):
+                continue
+        return sorted(out, key=lambda c: (c.updated, c.id), reverse=True)
+
+    def delete(self, conv_id: str) -> None:
+        """Remove a conversation (no error if it is already gone)."""
+        with contextlib.suppress(FileNotFoundError):
+            self.path(conv_id).unlink()
+
+
+def _fsync_dir(path: Path) -> None:
+    # Make the rename itself durable (POSIX); harmless where unsupported.
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,1 @@
+"""Widgets of the chat app. They render engine events and never touch a model."""

@@ -1,0 +1,116 @@
+"""The live statistics panel: acceptance, tokens per target call, histogram, speed-up."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widget import Widget
+
+from ..metrics import PlainCallMeter, ReplyMetrics
+from ..session import EngineInfo, GenerationSettings
+
+BAR_WIDTH = 12
+_EIGHTHS = " ▏▎▍▌▋▊▉█"
+BASIS_LABEL = {
+    "plain": " vs measured plain calls",
+    "verify": " vs tokens × verify cost",
+}
+
+
+def bar(count: int, top: int, width: int = BAR_WIDTH) -> str:
+    """A horizontal bar of count relative to top, in eighth-cell steps."""
+    if top <= 0 or count <= 0:
+        return ""
+    eighths = max(1, round(count / top * width * 8))
+    full, rest = divmod(eighths, 8)
+    return "█" * full + (_EIGHTHS[rest] if rest else "")
+
+
+class StatsPanel(Widget, can_focus=False):
+    """Renders what the engine reported: settings, the current reply's figures, a histogram."""
+
+    COMPONENT_CLASSES = {"stats--heading", "stats--label", "stats--note", "stats--bar"}
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.info: EngineInfo | None = None
+        self.settings = GenerationSettings()
+        self.metrics: ReplyMetrics | None = None
+        self.meter: PlainCallMeter | None = None
+        self.status = "loading models…"
+
+    def show(
+        self,
+        *,
+        info: EngineInfo | None = None,
+        settings: GenerationSettings | None = None,
+        metrics: ReplyMetrics | None = None,
+        meter: PlainCallMeter | None = None,
+        status: str | None = None,
+        clear_metrics: bool = False,
+    ) -> None:
+        """Update any of the shown pieces and redraw."""
+        self.info = info or self.info
+        self.settings = settings or self.settings
+        self.metrics = None if clear_metrics else (metrics or self.metrics)
+        self.meter = meter or self.meter
+        self.status = self.status if status is None else status
+        self.refresh(layout=True)
+
+    def _style(self, name: str):
+        return self.get_component_rich_style(name, partial=True)
+
+    def rich_text(self) -> Text:
+        """The panel as styled text."""
+        head, label, note = (self._style(f"stats--{n}") for n in ("heading", "label", "note"))
+        t = Text(no_wrap=True, overflow="ellipsis", end="")
+
+        def row(name: str, value: str, extra: str = "") -> None:
+            t.append(f"{name:<9}", label)
+            t.append(value)
+            if extra:
+                t.append(f" {extra}", note)
+            t.append("\n")
+
+        info, s = self.info, self.settings
+        t.append("Models\n", head)
+        row("target", info.target if info else "…")
+        row("draft", (info.draft or "none") if info else "…")
+        row("mode", ("chat" if info.chat_mode else "COMPLETION") if info else "…")
+        drafting = bool(info and info.draft)
+        row("gamma", str(s.gamma) if drafting else f"{s.gamma}", "" if drafting else "(no draft)")
+        row("temp", f"{s.temperature:g}", "greedy" if s.temperature == 0 else "")
+        t.append("\n")
+        t.append("Reply", head)
+        t.append(f"  {self.status}\n", note)
+        m = self.metrics
+        if m is None:
+            return t
+        st = m.stats
+        if m.speculative:
+            row("accepted", f"{st.acceptance_rate:.0%}", f"{st.accepted}/{st.drafted}")
+        else:
+            row("accepted", "–", "no drafts")
+        row("tok/call", f"{st.mean_accepted_per_call:.2f}", f"{st.target_calls} calls")
+        row("tok/s", f"{st.tokens_per_second:.1f}", f"{st.generated} tok")
+        est = m.speedup(self.meter)
+        if est is None:
+            row("speed-up", "–", "needs drafts")
+        else:
+            row("speed-up", f"~{est.factor:.2f}×", "estimated")
+            t.append(BASIS_LABEL[est.basis] + "\n", note)
+        row("prompt", f"{st.prompt_tokens - st.prompt_cached} new", f"{st.prompt_cached} cached")
+        if m.speculative:
+            t.append("\n")
+            t.append("accepted per round\n", head)
+            rows = m.histogram_rows()
+            top = max(c for _, c in rows)
+            for n, c in rows:
+                t.append(f"{n:>2} ", label)
+                t.append(f"{bar(c, top):<{BAR_WIDTH}}", self._style("stats--bar"))
+                t.append(f" {c}\n")
+        t.rstrip()
+        return t
+
+    def render(self) -> Text:
+        """Textual render hook."""
+        return self.rich_text()
