@@ -19,6 +19,13 @@ class EngineLoaded(Message):
 
 
 @dataclass
+class PlainCallMeasured(Message):
+    """Seconds one plain target call took (for the estimated speed-up)."""
+
+    seconds: float
+
+
+@dataclass
 class EngineFailed(Message):
     """Loading the models, or changing the drafter, failed; the message is for a person."""
 

@@ -17,7 +17,7 @@ from edgespec.backend import LlamaModel
 from edgespec.compat import check_compatible
 from edgespec.drafters import Drafter, ModelDrafter
 from edgespec.engine import DEFAULT_GAMMA, DEFAULT_MAX_TOKENS, stream_generate
-from edgespec.events import Event
+from edgespec.events import Event, RoundEvent
 from edgespec.loading import NO_DRAFT, load_pair, resolve_model
 from edgespec.sampling import (
     DEFAULT_MIN_P,
@@ -30,6 +30,7 @@ from edgespec.sampling import (
 from .prompt import ChatMessage, PromptFormat
 
 SELF_DRAFT = "self"  # drafter choice: a second copy of the target drafts for itself
+CALIBRATION_TOKENS = 6  # plain tokens generated once after loading, to time a target call
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,10 @@ class ChatEngine(Protocol):
 
     def set_drafter(self, choice: str) -> None:
         """Switch the drafter to one of info.drafter_choices (may load a model: slow)."""
+        ...
+
+    def measure_plain_call(self) -> float | None:
+        """Seconds one plain (single-token) target call takes, measured; None if unknown."""
         ...
 
     def stream_reply(
@@ -137,7 +142,8 @@ class LlamaChatEngine:
         out = ["none"]
         if self.choice.draft.lower() not in NO_DRAFT:
             out.append(display_name(self.choice.draft))
-        out.append(SELF_DRAFT)
+        if display_name(self.choice.draft) != display_name(self.choice.target):
+            out.append(SELF_DRAFT)
         return tuple(dict.fromkeys(out))
 
     @property
@@ -174,6 +180,23 @@ class LlamaChatEngine:
             new = ModelDrafter(model)
         self._close_drafter()
         self.drafter, self._draft_choice = new, choice
+
+    def measure_plain_call(self) -> float | None:
+        """Time plain decoding once: the median target call of a short gamma-0 generation.
+
+        The estimated speed-up divides (tokens x this) by the measured decode time.
+        The target's KV cache is left holding this probe; the next reply's prefix
+        reuse drops it.
+        """
+        probe = self.target.tokenize("The sea", add_special=True, parse_special=False)
+        last = 0.0
+        per_call: list[float] = []
+        for ev in stream_generate(self.target, probe, max_tokens=CALIBRATION_TOKENS, gamma=0):
+            if isinstance(ev, RoundEvent):
+                per_call.append(ev.stats.verify_s - last)
+                last = ev.stats.verify_s
+        per_call = sorted(per_call[1:] or per_call)  # the first call may include warm-up
+        return per_call[len(per_call) // 2] if per_call else None
 
     def prompt_tokens(self, messages: Sequence[ChatMessage]) -> list[int]:
         """The conversation as target token ids, ready for the assistant's reply."""

@@ -42,6 +42,8 @@ def script_events(
             if k is not R:
                 tokens.append(tok)
                 text += t
+        draft_s = stats.draft_s + 0.01 * drafted
+        verify_s = stats.verify_s + 0.05
         stats = replace(
             stats,
             drafted=stats.drafted + drafted,
@@ -50,9 +52,9 @@ def script_events(
             rounds=i,
             target_calls=i,
             draft_calls=stats.draft_calls + drafted,
-            draft_s=stats.draft_s + 0.01 * drafted,
-            verify_s=stats.verify_s + 0.05,
-            wall_s=0.1 + 0.06 * i + 0.01 * stats.drafted,
+            draft_s=draft_s,
+            verify_s=verify_s,
+            wall_s=stats.prompt_s + draft_s + verify_s,
         )
         events.append(RoundEvent(i, drafted, accepted, stats))
     events.append(DoneEvent(text, tuple(tokens), StopReason.EOG, stats))
@@ -74,6 +76,7 @@ class FakeEngine:
     gate: threading.Event | None = None
     pause_after: int = 0  # events to stream before waiting on gate
     fail_with: EdgespecError | None = None
+    plain_call_s: float | None = 0.04
     calls: list[tuple[list[ChatMessage], GenerationSettings]] = field(default_factory=list)
     closed_streams: int = 0
     paused: threading.Event = field(default_factory=threading.Event)
@@ -93,6 +96,9 @@ class FakeEngine:
             n_ctx=2048,
             drafter_choices=("none", "fake-draft"),
         )
+
+    def measure_plain_call(self) -> float | None:
+        return self.plain_call_s
 
     def set_drafter(self, choice: str) -> None:
         self.draft = None if choice == "none" else choice

@@ -22,7 +22,7 @@ from textual.widgets import Footer, Header
 from edgespec.errors import EdgespecError
 from edgespec.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind
 
-from ..messages import EngineFailed, EngineLoaded, ReplyEnded, ReplyEvent
+from ..messages import EngineFailed, EngineLoaded, PlainCallMeasured, ReplyEnded, ReplyEvent
 from ..metrics import PlainCallMeter, ReplyMetrics
 from ..prompt import ChatMessage
 from ..session import ChatEngine, EngineFactory, EngineInfo, GenerationSettings
@@ -37,6 +37,12 @@ from .conversations import ConversationsScreen
 MAX_GAMMA = 16
 TEMPERATURES = (0.0, 0.3, 0.7, 1.0)
 _KINDS = {k.value for k in TokenKind}
+STOP_WORDS = {
+    StopReason.EOG.value: "done",
+    StopReason.MAX_TOKENS.value: "max tokens",
+    StopReason.STOP_STRING.value: "stop string",
+    StopReason.CONTEXT_FULL.value: "context full",
+}
 
 
 @dataclass
@@ -117,7 +123,13 @@ class ChatScreen(Screen):
                 self.post_message(EngineFailed(_error_text(e)))
                 return
             self.engine = engine
-        self.post_message(EngineLoaded(info))
+            self.post_message(EngineLoaded(info))
+            try:
+                seconds = engine.measure_plain_call()
+            except Exception:  # only a nicety: the verify-cost estimate remains
+                seconds = None
+        if seconds:
+            self.post_message(PlainCallMeasured(seconds))
 
     @work(thread=True, group="engine", exit_on_error=False)
     def _switch_drafter(self, engine: ChatEngine, choice: str) -> None:
@@ -189,6 +201,11 @@ class ChatScreen(Screen):
         elif info.draft is None and len(info.drafter_choices) > 1:
             self.notify("No draft model: the target decodes alone. F5 switches drafter.")
 
+    def on_plain_call_measured(self, msg: PlainCallMeasured) -> None:
+        """A measured plain target call: the speed-up estimate uses it from now on."""
+        self.meter.add(msg.seconds)
+        self.query_one(StatsPanel).refresh(layout=True)
+
     def on_engine_failed(self, msg: EngineFailed) -> None:
         """Loading failed: keep the app open and say why."""
         if self.engine is None:
@@ -236,7 +253,8 @@ class ChatScreen(Screen):
             self.notify(msg.error, title="Generation failed", severity="error", timeout=10)
         status = "stopped" if msg.stopped else ("error" if msg.error else "")
         reply.finish(status=status)
-        panel.show(status=status or (metrics.stop_reason if metrics else "done") or "done")
+        reason = metrics.stop_reason if metrics else None
+        panel.show(status=status or STOP_WORDS.get(reason or "", "done"))
         self.conversation.messages.append(
             StoredMessage(
                 role="assistant",

@@ -25,6 +25,10 @@ def bar(count: int, top: int, width: int = BAR_WIDTH) -> str:
     return "█" * full + (_EIGHTHS[rest] if rest else "")
 
 
+def _rule(title: str, width: int = 24) -> str:
+    return "──" + title + "─" * max(0, width - 2 - len(title)) + "\n"
+
+
 class StatsPanel(Widget, can_focus=False):
     """Renders what the engine reported: settings, the current reply's figures, a histogram."""
 
@@ -72,16 +76,20 @@ class StatsPanel(Widget, can_focus=False):
             t.append("\n")
 
         info, s = self.info, self.settings
-        t.append("Models\n", head)
         row("target", info.target if info else "…")
         row("draft", (info.draft or "none") if info else "…")
         row("mode", ("chat" if info.chat_mode else "COMPLETION") if info else "…")
         drafting = bool(info and info.draft)
-        row("gamma", str(s.gamma) if drafting else f"{s.gamma}", "" if drafting else "(no draft)")
-        row("temp", f"{s.temperature:g}", "greedy" if s.temperature == 0 else "")
+        t.append("γ ", label)
+        t.append(str(s.gamma))
+        if not drafting:
+            t.append(" (off)", note)
+        t.append(" · temp ", label)
+        t.append(f"{s.temperature:g}")
+        if s.temperature == 0:
+            t.append(" greedy", note)
         t.append("\n")
-        t.append("Reply", head)
-        t.append(f"  {self.status}\n", note)
+        t.append(_rule(f" reply: {self.status} "), head)
         m = self.metrics
         if m is None:
             return t
@@ -96,12 +104,11 @@ class StatsPanel(Widget, can_focus=False):
         if est is None:
             row("speed-up", "–", "needs drafts")
         else:
-            row("speed-up", f"~{est.factor:.2f}×", "estimated")
+            row("speed-up", f"~{est.factor:.2f}×", "est.")
             t.append(BASIS_LABEL[est.basis] + "\n", note)
         row("prompt", f"{st.prompt_tokens - st.prompt_cached} new", f"{st.prompt_cached} cached")
         if m.speculative:
-            t.append("\n")
-            t.append("accepted per round\n", head)
+            t.append(_rule(" accepted per round "), head)
             rows = m.histogram_rows()
             top = max(c for _, c in rows)
             for n, c in rows:

@@ -1,0 +1,46 @@
+"""The app against the real smollm2 model: a short chat reply, two turns, KV reuse."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+
+from edgespec.events import TokenKind
+from tui.app import make_app
+from tui.session import GenerationSettings, LlamaChatEngine, ModelChoice
+from tui.widgets.assistant_message import AssistantMessage
+from tui.widgets.stats_panel import StatsPanel
+
+from .conftest import send, settle
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.real_model]
+
+
+async def test_short_chat_reply_with_the_real_model(real_model_paths, data_dir) -> None:
+    path = str(real_model_paths["smollm2-135m-instruct"])
+    # smollm2 drafts for itself: same vocabulary, and greedy accepts every draft token
+    choice = ModelChoice(target=path, draft=path, n_ctx=1024, threads=2)
+    app = make_app(
+        partial(LlamaChatEngine.load, choice),
+        settings=GenerationSettings(gamma=3, max_tokens=16),
+        data_dir=data_dir,
+    )
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        chat = app.chat
+        assert chat.engine_info is not None and chat.engine_info.chat_mode
+        assert chat.meter.mean_s is not None  # plain decoding was timed once
+        await send(pilot, "Write a haiku about the sea")
+        first = chat.conversation.messages[-1]
+        assert first.role == "assistant" and first.content.strip()
+        (msg,) = app.chat.query(AssistantMessage)
+        assert msg.text == first.content
+        assert TokenKind.ACCEPTED in {p.kind for p in msg.pieces}
+        assert "speed-up" in chat.query_one(StatsPanel).rich_text().plain
+        await send(pilot, "Another one")
+        second = chat.conversation.messages[-1]
+        assert second.content.strip() and second.stats is not None
+        # the second turn re-used the first turn's KV cache: only new tokens were processed
+        assert second.stats["prompt_cached"] > first.stats["prompt_tokens"]
+        assert second.stats["prompt_tokens"] - second.stats["prompt_cached"] < 20

@@ -1,0 +1,75 @@
+"""Saved conversations: round trip, listing, and atomic writes."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tui.store import Conversation, ConversationStore, StoredMessage, data_dir
+
+
+def conv(*texts: str) -> Conversation:
+    c = Conversation(target="t", draft="d")
+    for i, text in enumerate(texts):
+        role = "user" if i % 2 == 0 else "assistant"
+        segs = [("accepted", text[:2]), ("rejected", "x"), ("bonus", text[2:])] if i % 2 else None
+        c.messages.append(StoredMessage(role, text, segments=segs))
+    return c
+
+
+def test_round_trip_and_listing(tmp_path: Path) -> None:
+    store = ConversationStore(tmp_path)
+    a = conv("Hello there", "Hi!")
+    store.save(a)
+    b = conv("Second")
+    store.save(b)
+    loaded = store.load(a.id)
+    assert loaded.messages == a.messages and loaded.title == "Hello there"
+    assert loaded.messages[1].segments == [("accepted", "Hi"), ("rejected", "x"), ("bonus", "!")]
+    assert {c.id for c in store.list()} == {a.id, b.id}
+    assert store.path(a.id).parent == tmp_path / "conversations"
+
+
+def test_data_dir_env_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EDGESPEC_DATA_DIR", str(tmp_path))
+    assert data_dir() == tmp_path
+    assert ConversationStore().dir == tmp_path / "conversations"
+
+
+def test_a_failed_write_keeps_the_old_file_and_no_temp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = ConversationStore(tmp_path)
+    c = conv("Keep me")
+    path = store.save(c)
+    before = path.read_bytes()
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt  # a kill arriving between write and rename
+
+    c.messages.append(StoredMessage("assistant", "lost"))
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(KeyboardInterrupt):
+        store.save(c)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in store.dir.iterdir()) == [path.name]
+
+
+def test_unreadable_files_are_skipped(tmp_path: Path) -> None:
+    store = ConversationStore(tmp_path)
+    good = conv("fine")
+    store.save(good)
+    (store.dir / "torn.json").write_text('{"id": "torn", "messages": [', encoding="utf-8")
+    (store.dir / "odd.json").write_text(json.dumps({"messages": []}), encoding="utf-8")
+    (store.dir / f".{good.id}.abc.tmp").write_text("partial", encoding="utf-8")
+    assert [c.id for c in store.list()] == [good.id]
+
+
+def test_bad_ids_are_refused(tmp_path: Path) -> None:
+    store = ConversationStore(tmp_path)
+    for bad in ("", "../x", ".hidden"):
+        with pytest.raises(ValueError):
+            store.path(bad)
