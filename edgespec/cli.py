@@ -16,7 +16,7 @@ from typing import NoReturn
 
 from .errors import EdgespecError
 
-BUILTIN_COMMANDS = ("generate",)
+BUILTIN_COMMANDS = ("generate", "models", "pull")
 
 
 class _Parser(argparse.ArgumentParser):

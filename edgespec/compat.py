@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
-from .backend import LlamaModel
+from pathlib import Path
+from typing import Protocol
+
+from .backend import LlamaModel, VocabInfo
 from .errors import IncompatibleModelsError
 
 MAX_VOCAB_SIZE_DIFFERENCE = 128  # SPEC_VOCAB_MAX_SIZE_DIFFERENCE in llama.cpp
 FIRST_CHECKED_TOKEN = 5  # SPEC_VOCAB_CHECK_START_TOKEN_ID: ids below are often special
 
 
-def incompatibility(target: LlamaModel, draft: LlamaModel) -> str | None:
+class Vocabulary(Protocol):
+    """What the rule reads: a loaded LlamaModel, or gguf_meta.GgufVocab (metadata only)."""
+
+    path: Path
+
+    def vocab_info(self) -> VocabInfo: ...
+
+    def token_text(self, token: int) -> str: ...
+
+
+def incompatibility(target: Vocabulary, draft: Vocabulary) -> str | None:
     """Why draft cannot draft for target (None when it can).
 
     Mirrors common_speculative_are_compatible: same vocab type; same add-BOS flag

