@@ -110,7 +110,7 @@ async def test_multi_turn_sends_the_whole_conversation(app_with) -> None:
             ChatMessage("user", "Two"),
         ]
         panel = app.chat.query_one(StatsPanel).rich_text().plain
-        assert "8 cached" in panel  # what the engine reported about the KV cache
+        assert "(8 cached)" in panel  # what the engine reported about the KV cache
 
 
 async def test_new_chat_starts_empty(app_with) -> None:

@@ -382,6 +382,7 @@ class ChatScreen(Screen):
                 )
         self.query_one(StatsPanel).show(clear_metrics=True)
         self.query_one(PromptInput).focus()
+        self.call_after_refresh(chat_log.scroll_end, animate=False)
         self.notify(f"Opened: {conv.title or conv.default_title()}")
 
     def action_gamma(self, delta: int) -> None:

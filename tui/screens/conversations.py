@@ -13,9 +13,10 @@ from ..store import Conversation
 
 
 def describe(conv: Conversation) -> str:
-    """One line: when, how many messages, the title."""
+    """One line: when, how many messages, the title, the target model."""
     when = conv.updated.replace("T", " ")[:16]
-    return f"{when}  {len(conv.messages):>3} msgs  {conv.title or conv.default_title()}"
+    model = f"  [{conv.target}]" if conv.target else ""
+    return f"{when}  {len(conv.messages):>3} msgs  {conv.title or conv.default_title()}{model}"
 
 
 class ConversationsScreen(ModalScreen[str | None]):

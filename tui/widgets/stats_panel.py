@@ -106,7 +106,8 @@ class StatsPanel(Widget, can_focus=False):
         else:
             row("speed-up", f"~{est.factor:.2f}×", "est.")
             t.append(BASIS_LABEL[est.basis] + "\n", note)
-        row("prompt", f"{st.prompt_tokens - st.prompt_cached} new", f"{st.prompt_cached} cached")
+        # KV reuse: only the new part of the conversation was processed
+        row("prompt", f"+{st.prompt_tokens - st.prompt_cached}", f"({st.prompt_cached} cached)")
         if m.speculative:
             t.append(_rule(" accepted per round "), head)
             rows = m.histogram_rows()
