@@ -8,9 +8,7 @@ time (loading, a reply, switching drafter). Workers post small messages
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from textual import work
 from textual.app import ComposeResult
@@ -19,15 +17,15 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer, Header
 
-from edgespec.errors import EdgespecError
-from edgespec.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind
+from edgespec.events import DoneEvent, RoundEvent, StopReason, TokenEvent
 
 from ..messages import EngineFailed, EngineLoaded, PlainCallMeasured, ReplyEnded, ReplyEvent
 from ..metrics import PlainCallMeter, ReplyMetrics
 from ..prompt import ChatMessage
-from ..session import ChatEngine, EngineFactory, EngineInfo, GenerationSettings
+from ..runner import EngineRunner
+from ..session import EngineFactory, EngineInfo, GenerationSettings
 from ..store import Conversation, ConversationStore, StoredMessage
-from ..widgets.assistant_message import AssistantMessage, TokenPiece
+from ..widgets.assistant_message import AssistantMessage
 from ..widgets.chat_log import ChatLog
 from ..widgets.legend import Legend
 from ..widgets.prompt_input import PromptInput
@@ -36,7 +34,6 @@ from .conversations import ConversationsScreen
 
 MAX_GAMMA = 16
 TEMPERATURES = (0.0, 0.3, 0.7, 1.0)
-_KINDS = {k.value for k in TokenKind}
 STOP_WORDS = {
     StopReason.EOG.value: "done",
     StopReason.MAX_TOKENS.value: "max tokens",
@@ -54,10 +51,6 @@ class ChatConfig:
     settings: GenerationSettings = field(default_factory=GenerationSettings)
     linger_s: float = 1.5  # how long a rejected draft token stays visible
     show_rejected: bool = False
-
-
-def _error_text(e: BaseException) -> str:
-    return str(e) if isinstance(e, EdgespecError) else f"internal error: {type(e).__name__}: {e}"
 
 
 class ChatScreen(Screen):
@@ -81,13 +74,12 @@ class ChatScreen(Screen):
         self.config = config
         self.settings = config.settings
         self.show_rejected = config.show_rejected
-        self.engine: ChatEngine | None = None
+        self.runner = EngineRunner(config.engine_factory, self.post_message)
         self.engine_info: EngineInfo | None = None
         self.engine_error: str | None = None
         self.conversation = Conversation()
         self.meter = PlainCallMeter()
         self.generating = False
-        self._lock = threading.Lock()
         self._reply_id = 0
         self._stop = threading.Event()
         self._reply: AssistantMessage | None = None
@@ -111,64 +103,25 @@ class ChatScreen(Screen):
         self.query_one(PromptInput).focus()
         self._load_engine()
 
-    # --- engine workers --------------------------------------------------------
+    # --- engine workers (threads; the runner serialises them) -----------------
 
     @work(thread=True, group="engine", exit_on_error=False)
     def _load_engine(self) -> None:
-        with self._lock:
-            try:
-                engine = self.config.engine_factory()
-                info = engine.info
-            except Exception as e:  # never a traceback: the app shows it
-                self.post_message(EngineFailed(_error_text(e)))
-                return
-            self.engine = engine
-            self.post_message(EngineLoaded(info))
-            try:
-                seconds = engine.measure_plain_call()
-            except Exception:  # only a nicety: the verify-cost estimate remains
-                seconds = None
-        if seconds:
-            self.post_message(PlainCallMeasured(seconds))
+        self.runner.load()
 
     @work(thread=True, group="engine", exit_on_error=False)
-    def _switch_drafter(self, engine: ChatEngine, choice: str) -> None:
-        with self._lock:
-            try:
-                engine.set_drafter(choice)
-                info = engine.info
-            except Exception as e:
-                self.post_message(EngineFailed(f"cannot use drafter {choice}: {_error_text(e)}"))
-                return
-        self.post_message(EngineLoaded(info))
+    def _switch_drafter(self, choice: str) -> None:
+        self.runner.switch_drafter(choice)
 
     @work(thread=True, group="reply", exit_on_error=False)
     def _generate(
         self,
-        engine: ChatEngine,
         reply_id: int,
         messages: list[ChatMessage],
         settings: GenerationSettings,
         stop: threading.Event,
     ) -> None:
-        stopped = False
-        with self._lock:
-            try:
-                events: Iterator[Any] = engine.stream_reply(messages, settings)
-                try:
-                    for ev in events:
-                        if stop.is_set():
-                            stopped = True
-                            break
-                        self.post_message(ReplyEvent(reply_id, ev))
-                finally:
-                    close = getattr(events, "close", None)
-                    if close is not None:
-                        close()  # the engine's generator ends here; caches resync next turn
-            except Exception as e:
-                self.post_message(ReplyEnded(reply_id, error=_error_text(e)))
-                return
-        self.post_message(ReplyEnded(reply_id, stopped=stopped))
+        self.runner.reply(reply_id, messages, settings, stop)
 
     # --- messages from workers ----------------------------------------------------
 
@@ -208,7 +161,7 @@ class ChatScreen(Screen):
 
     def on_engine_failed(self, msg: EngineFailed) -> None:
         """Loading failed: keep the app open and say why."""
-        if self.engine is None:
+        if self.runner.engine is None:
             self.engine_error = msg.error
             self.sub_title = "no model loaded"
             self.query_one(StatsPanel).show(status="no model")
@@ -293,7 +246,7 @@ class ChatScreen(Screen):
 
     def send(self, text: str) -> bool:
         """Start a reply to text; False (with a notification) when that cannot happen now."""
-        if self.engine is None or self.engine_info is None:
+        if self.runner.engine is None or self.engine_info is None:
             why = self.engine_error or "the models are still loading"
             self.notify(f"Cannot send: {why}", severity="warning")
             return False
@@ -318,7 +271,7 @@ class ChatScreen(Screen):
         self._stop = threading.Event()
         self.generating = True
         messages = [ChatMessage(m.role, m.content) for m in self.conversation.messages]
-        self._generate(self.engine, self._reply_id, messages, self.settings, self._stop)
+        self._generate(self._reply_id, messages, self.settings, self._stop)
         return True
 
     def action_stop(self) -> None:
@@ -340,7 +293,9 @@ class ChatScreen(Screen):
         self._abandon_reply()
         self.conversation = Conversation()
         self.query_one(ChatLog).clear_messages()
-        self.query_one(StatsPanel).show(clear_metrics=True, status="ready" if self.engine else None)
+        self.query_one(StatsPanel).show(
+            clear_metrics=True, status="ready" if self.runner.engine else None
+        )
         self.query_one(PromptInput).focus()
         self.notify("New chat")
 
@@ -363,23 +318,9 @@ class ChatScreen(Screen):
         self._abandon_reply()
         self.conversation = conv
         chat_log = self.query_one(ChatLog)
-        chat_log.clear_messages()
-        for m in conv.messages:
-            if m.role == "user":
-                chat_log.add_user(m.content)
-            elif m.role == "assistant":
-                pieces = [
-                    TokenPiece(TokenKind(k), t)
-                    for k, t in (m.segments or [(TokenKind.PLAIN.value, m.content)])
-                    if k in _KINDS
-                ]
-                chat_log.add_assistant(
-                    pieces,
-                    linger_s=self.config.linger_s,
-                    show_rejected=self.show_rejected,
-                    streaming=False,
-                    status="stopped" if m.stopped else "",
-                )
+        chat_log.show_messages(
+            conv.messages, linger_s=self.config.linger_s, show_rejected=self.show_rejected
+        )
         self.query_one(StatsPanel).show(clear_metrics=True)
         self.query_one(PromptInput).focus()
         self.call_after_refresh(chat_log.scroll_end, animate=False)
@@ -403,7 +344,7 @@ class ChatScreen(Screen):
 
     def action_drafter(self) -> None:
         """Switch to the next drafter (none, the --draft model, the target itself)."""
-        if self.engine is None or self.engine_info is None:
+        if self.runner.engine is None or self.engine_info is None:
             self.notify("No model loaded.", severity="warning")
             return
         if self.generating:
@@ -413,7 +354,7 @@ class ChatScreen(Screen):
         current = self.engine_info.draft or "none"
         nxt = choices[(choices.index(current) + 1) % len(choices)] if current in choices else "none"
         self.query_one(StatsPanel).show(status=f"loading drafter {nxt}…")
-        self._switch_drafter(self.engine, nxt)
+        self._switch_drafter(nxt)
 
     def action_toggle_rejected(self) -> None:
         """Keep rejected draft tokens visible (for study) or let them fade."""

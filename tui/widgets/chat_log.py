@@ -7,7 +7,12 @@ from collections.abc import Iterable
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from edgespec.events import TokenKind
+
+from ..store import StoredMessage
 from .assistant_message import AssistantMessage, TokenPiece
+
+_KINDS = {k.value for k in TokenKind}
 
 
 class UserMessage(Static):
@@ -68,6 +73,24 @@ class ChatLog(VerticalScroll, can_focus=False):
         self.mount(msg)
         self.follow()
         return msg
+
+    def show_messages(
+        self, messages: Iterable[StoredMessage], *, linger_s: float, show_rejected: bool
+    ) -> None:
+        """Replace the conversation with saved messages (replies keep their token colours)."""
+        self.clear_messages()
+        for m in messages:
+            if m.role == "user":
+                self.add_user(m.content)
+            elif m.role == "assistant":
+                segments = m.segments or [(TokenKind.PLAIN.value, m.content)]
+                self.add_assistant(
+                    [TokenPiece(TokenKind(k), t) for k, t in segments if k in _KINDS],
+                    linger_s=linger_s,
+                    show_rejected=show_rejected,
+                    streaming=False,
+                    status="stopped" if m.stopped else "",
+                )
 
     def clear_messages(self) -> None:
         """Remove every message (the mode banner stays)."""
