@@ -8,6 +8,7 @@ import pytest
 
 from edgespec.events import TokenKind
 from tui.app import make_app
+from tui.prompt import ChatMessage
 from tui.session import GenerationSettings, LlamaChatEngine, ModelChoice
 from tui.widgets.assistant_message import AssistantMessage
 from tui.widgets.stats_panel import StatsPanel
@@ -44,3 +45,40 @@ async def test_short_chat_reply_with_the_real_model(real_model_paths, data_dir) 
         # the second turn re-used the first turn's KV cache: only new tokens were processed
         assert second.stats["prompt_cached"] > first.stats["prompt_tokens"]
         assert second.stats["prompt_tokens"] - second.stats["prompt_cached"] < 20
+
+
+async def test_stop_then_continue_keeps_the_caches_consistent(real_model_paths, data_dir) -> None:
+    path = str(real_model_paths["smollm2-135m-instruct"])
+    choice = ModelChoice(target=path, draft=path, n_ctx=1024, threads=2)
+    app = make_app(
+        partial(LlamaChatEngine.load, choice),
+        settings=GenerationSettings(gamma=3, max_tokens=24),
+        data_dir=data_dir,
+    )
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        engine = app.chat.runner.engine
+        real_stream = engine.stream_reply
+
+        def stop_after_five_tokens(messages, settings):
+            # the person presses Esc after five tokens (set from the worker: no timing)
+            for i, ev in enumerate(real_stream(messages, settings)):
+                if i == 5:
+                    app.chat._stop.set()
+                yield ev
+
+        engine.stream_reply = stop_after_five_tokens
+        await send(pilot, "Name three fish")
+        stopped = app.chat.conversation.messages[-1]
+        assert stopped.stopped and stopped.content
+        engine.stream_reply = real_stream
+        await send(pilot, "Thanks. And three birds?")
+        reply = app.chat.conversation.messages[-1]
+        assert reply.content.strip() and not reply.stopped
+        assert reply.stats["prompt_cached"] > 0
+        # both caches hold a prefix of the conversation as the engine tokenizes it now
+        convo = [ChatMessage(m.role, m.content) for m in app.chat.conversation.messages[:-1]]
+        prompt = engine.prompt_tokens(convo)
+        assert engine.target.tokens[: len(prompt)] == prompt
+        draft_tokens = engine.drafter.model.tokens
+        assert draft_tokens == engine.target.tokens[: len(draft_tokens)]
