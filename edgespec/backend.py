@@ -15,10 +15,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import llama_cpp as ll
 import numpy as np
 
-from .errors import BackendError, ContextFullError, ModelLoadError
+# Batch-invariant kernels. Speculative verification scores k tokens in one batch,
+# plain decoding one at a time; greedy output is identical only if both give the
+# same logits bit for bit. llama.cpp's CPU backend switches kernels with the batch
+# size: repacked weights (n >= 4) and a tiled K-quant matmul (n >= 8) round
+# differently from the one-row path (logits off by up to ~1.2 on Gemma 3 270M).
+# Turning both off costs under 5% of a 16-token verify here (scripts/kernel_check.py).
+# EDGESPEC_FAST_KERNELS=1 keeps them, for speed over bit-exactness.
+FAST_KERNELS = os.environ.get("EDGESPEC_FAST_KERNELS", "") == "1"
+if not FAST_KERNELS:
+    os.environ.setdefault("GGML_CPU_TILED_MM", "0")
+
+import llama_cpp as ll  # noqa: E402  (must follow the environment set-up above)
+
+from .errors import BackendError, ContextFullError, ModelLoadError  # noqa: E402
 
 DEFAULT_CTX = 4096
 DEFAULT_BATCH = 512
@@ -92,6 +104,7 @@ class LlamaModel:
         _check_gguf_file(self.path)
         mparams = ll.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
+        mparams.use_extra_bufts = FAST_KERNELS  # weight repacking: see FAST_KERNELS
         _log_tail.clear()
         model = ll.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not model:
