@@ -165,6 +165,9 @@ class ChatScreen(Screen):
             self.engine_error = msg.error
             self.sub_title = "no model loaded"
             self.query_one(StatsPanel).show(status="no model")
+            self.query_one(
+                PromptInput
+            ).placeholder = "No model loaded (see the error). Ctrl+Q quits."
         self.notify(msg.error, title="Model error", severity="error", timeout=10)
 
     def on_reply_event(self, msg: ReplyEvent) -> None:
