@@ -232,3 +232,19 @@ async def test_ctrl_q_quits_with_status_0(app_with) -> None:
         await pilot.pause()
     assert not app.is_running
     assert (app.return_code or 0) == 0
+
+
+async def test_text_and_enter_arriving_together_are_sent(app_with) -> None:
+    """A terminal may deliver 'Hi\\r' in one read: Enter must see the typed text."""
+    from textual import events
+
+    engine = FakeEngine()
+    app = app_with(engine)
+    async with app.run_test() as pilot:
+        await settle(pilot)
+        for ch in "Hi there":
+            app.post_message(events.Key("space" if ch == " " else ch, ch))
+        app.post_message(events.Key("enter", "\r"))
+        await settle(pilot)
+        await settle(pilot)
+        assert engine.calls and engine.calls[0][0][-1].content == "Hi there"

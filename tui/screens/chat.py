@@ -57,8 +57,11 @@ class ChatScreen(Screen):
     """Chat with the target model while watching the drafter's proposals being judged."""
 
     BINDINGS = [
+        # Enter is handled by the message box itself, in order with the typed keys (a
+        # priority binding would run before the box has seen them); this one is for the
+        # footer, and for Enter while something else has focus.
+        Binding("enter", "send", "Send"),
         # priority: these work while the message box has focus
-        Binding("enter", "send", "Send", priority=True),
         Binding("escape", "stop", "Stop", priority=True),
         Binding("ctrl+n", "new_chat", "New", priority=True),
         Binding("ctrl+o", "open", "Open", priority=True),
