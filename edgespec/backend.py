@@ -20,10 +20,13 @@ import numpy as np
 # Batch-invariant kernels. Speculative verification scores k tokens in one batch,
 # plain decoding one at a time; greedy output is identical only if both give the
 # same logits bit for bit. llama.cpp's CPU backend switches kernels with the batch
-# size: repacked weights (n >= 4) and a tiled K-quant matmul (n >= 8) round
-# differently from the one-row path (logits off by up to ~1.2 on Gemma 3 270M).
-# Turning both off costs under 5% of a 16-token verify here (scripts/kernel_check.py).
-# EDGESPEC_FAST_KERNELS=1 keeps them, for speed over bit-exactness.
+# size: repacked weights (n >= 4), a tiled K-quant matmul (n >= 8), and, for one
+# token over an F16 KV cache of 512+ cells, flash attention split across threads.
+# Each rounds differently (logits off by up to ~1.5 on Gemma 3 270M). We turn off
+# the first two and keep the KV cache in BF16, which the split path does not take;
+# BF16 is the models' training precision, with F16's footprint. The cost is within
+# the noise here (scripts/kernel_check.py). EDGESPEC_FAST_KERNELS=1 restores
+# llama.cpp's defaults, for speed over bit-exactness.
 FAST_KERNELS = os.environ.get("EDGESPEC_FAST_KERNELS", "") == "1"
 if not FAST_KERNELS:
     os.environ.setdefault("GGML_CPU_TILED_MM", "0")
@@ -35,6 +38,7 @@ from .errors import BackendError, ContextFullError, ModelLoadError  # noqa: E402
 DEFAULT_CTX = 4096
 DEFAULT_BATCH = 512
 GGUF_MAGIC = b"GGUF"
+GGML_TYPE_BF16 = 30
 
 _log_tail: list[str] = []
 
@@ -130,6 +134,8 @@ class LlamaModel:
         # already dropped. A full-size SWA cache keeps every cell and rolls back exactly.
         cparams.swa_full = ll.llama_model_n_swa(model) > 0
         cparams.no_perf = True
+        if not FAST_KERNELS and n_gpu_layers == 0:
+            cparams.type_k = cparams.type_v = GGML_TYPE_BF16  # see FAST_KERNELS
         ctx = ll.llama_init_from_model(model, cparams)
         if not ctx:
             reason = _log_tail[-1] if _log_tail else "out of memory?"
