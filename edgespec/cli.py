@@ -9,6 +9,7 @@ as one line on stderr and a non-zero exit status, never a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from importlib.metadata import entry_points
@@ -48,6 +49,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("edgespec: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (e.g. `edgespec models | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":
