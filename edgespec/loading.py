@@ -8,8 +8,10 @@ from .backend import DEFAULT_CTX, LlamaModel
 from .compat import check_compatible
 from .drafters import Drafter, ModelDrafter
 from .errors import IncompatibleModelsError, ModelLoadError
+from .ngram import NgramDrafter
 
 NO_DRAFT = ("none", "")
+NGRAM = "ngram"
 
 
 def resolve_model(spec: str) -> Path:
@@ -89,17 +91,19 @@ def load_pair(
     gpu_layers: int = 0,
     draft_gpu_layers: int = 0,
 ) -> tuple[LlamaModel, Drafter | None]:
-    """Load the target and, unless draft_spec is none, a compatible draft model."""
+    """Load the target and a drafter: none, ``ngram`` (prompt lookup), or a compatible model."""
     n_ctx = n_ctx or DEFAULT_CTX
     if n_ctx < 16:
         raise ModelLoadError(f"context of {n_ctx} tokens is too small")
-    if draft_spec is not None and draft_spec.lower() not in NO_DRAFT:
+    if draft_spec is not None and draft_spec.lower() not in (*NO_DRAFT, NGRAM):
         _catalog_incompatibility(target_spec, draft_spec)
     target = LlamaModel(
         resolve_model(target_spec), n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=gpu_layers
     )
     if draft_spec is None or draft_spec.lower() in NO_DRAFT:
         return target, None
+    if draft_spec.lower() == NGRAM:
+        return target, NgramDrafter()
     draft = LlamaModel(
         resolve_model(draft_spec), n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=draft_gpu_layers
     )

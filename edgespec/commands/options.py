@@ -20,7 +20,7 @@ DEFAULT_DRAFT = "none"
 def add_model_options(p: argparse.ArgumentParser) -> None:
     """--target/--draft and how to run them (threads, context, GPU layers)."""
     p.add_argument("--target", default=DEFAULT_TARGET, help="target: .gguf path or model name")
-    p.add_argument("--draft", default=DEFAULT_DRAFT, help="draft: .gguf path, model name, or none")
+    p.add_argument("--draft", default=DEFAULT_DRAFT, help="draft: .gguf path, model name, ngram (prompt lookup), or none")
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
     p.add_argument("--ctx", type=int, default=None, help="context length in tokens")
     p.add_argument("--gpu-layers", type=int, default=0, help="target layers to offload")

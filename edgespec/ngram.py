@@ -1,0 +1,70 @@
+"""Prompt-lookup drafting: continue the latest earlier occurrence of the last n tokens.
+
+Costs no model call, so it pays wherever the output repeats its input: code
+edits, chat that quotes earlier turns, answers grounded in a given text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .drafters import Draft
+from .sampling import SamplingParams, TokenDist
+
+DEFAULT_NGRAM_MIN = 1
+DEFAULT_NGRAM_MAX = 4
+
+
+class NgramDrafter:
+    """Propose the tokens that followed the longest recent match of the context's tail.
+
+    An index maps each n-gram (n_min..n_max) to the end of its latest occurrence,
+    updated incrementally as the context grows, so a proposal costs O(n_max)
+    dictionary look-ups rather than a scan of the context.
+    """
+
+    name = "ngram"
+
+    def __init__(self, *, n_min: int = DEFAULT_NGRAM_MIN, n_max: int = DEFAULT_NGRAM_MAX) -> None:
+        if not 1 <= n_min <= n_max:
+            raise ValueError(f"need 1 <= n_min <= n_max, got {n_min}, {n_max}")
+        self.n_min, self.n_max = n_min, n_max
+        self._tokens: list[int] = []
+        self._index: dict[tuple[int, ...], int] = {}
+        # grams ending at positions <= _indexed_end are in the index; the context's own
+        # tail gram is left out so a look-up never finds the tail itself
+        self._indexed_end = 0
+
+    def prefill(self, context: Sequence[int]) -> None:
+        """Index a new prompt ahead of the first proposal."""
+        self._sync(context)
+
+    def propose(
+        self, context: Sequence[int], n: int, sampling: SamplingParams, rng: np.random.Generator
+    ) -> Draft:
+        """Up to n tokens copied from after the latest match of the longest tail n-gram."""
+        self._sync(context)
+        tokens: list[int] = []
+        for k in range(min(self.n_max, len(context) - 1), self.n_min - 1, -1):
+            end = self._index.get(tuple(context[-k:]))
+            if end is not None:
+                tokens = list(context[end : end + n])
+                break
+        # a deterministic proposal is a point mass: q(x) = 1
+        q = [] if sampling.greedy else [TokenDist(np.array([t]), np.array([1.0])) for t in tokens]
+        return Draft(tokens, q)
+
+    def _sync(self, context: Sequence[int]) -> None:
+        common = 0
+        limit = min(len(self._tokens), len(context))
+        while common < limit and self._tokens[common] == context[common]:
+            common += 1
+        if common < len(self._tokens):  # the context changed before its end: start over
+            self._tokens, self._index, self._indexed_end = [], {}, 0
+        self._tokens.extend(context[len(self._tokens) :])
+        for end in range(self._indexed_end + 1, len(self._tokens)):
+            for k in range(self.n_min, min(self.n_max, end) + 1):
+                self._index[tuple(self._tokens[end - k : end])] = end
+        self._indexed_end = max(self._indexed_end, len(self._tokens) - 1)

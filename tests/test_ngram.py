@@ -1,0 +1,59 @@
+"""Prompt-lookup drafting."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgespec.backend import LlamaModel
+from edgespec.engine import generate
+from edgespec.ngram import NgramDrafter
+from edgespec.sampling import SamplingParams
+
+GREEDY = SamplingParams()
+RNG = np.random.default_rng(0)
+
+
+def propose(d: NgramDrafter, context: list[int], n: int = 4) -> list[int]:
+    return d.propose(context, n, GREEDY, RNG).tokens
+
+
+def test_longest_latest_match_is_continued() -> None:
+    d = NgramDrafter(n_min=1, n_max=3)
+    #          0  1  2  3  4  5  6  7  8  9
+    context = [1, 2, 3, 4, 5, 9, 2, 3, 7, 8, 1, 2, 3]
+    # tail (1, 2, 3) occurred at 0..2, followed by 4 5 9 2
+    assert propose(d, context) == [4, 5, 9, 2]
+    # the context grows (incremental index): tail (3, 7) is new, (7,) too: no 2-gram; the
+    # 1-gram (7,) has no earlier occurrence either
+    assert propose(d, [*context, 7]) == [8, 1, 2, 3]
+
+
+def test_latest_occurrence_wins_and_tail_never_matches_itself() -> None:
+    d = NgramDrafter(n_min=1, n_max=2)
+    assert propose(d, [5, 6]) == []  # (6,) occurs only as the tail
+    assert propose(d, [5, 6, 1, 5, 6, 2, 5, 6]) == [2, 5, 6]
+
+
+def test_changed_context_rebuilds_the_index() -> None:
+    d = NgramDrafter(n_min=1, n_max=2)
+    assert propose(d, [1, 2, 3, 1, 2]) == [3, 1, 2]
+    assert propose(d, [4, 2, 8, 4, 2]) == [8, 4, 2]
+
+
+def test_point_masses_when_sampling() -> None:
+    d = NgramDrafter()
+    draft = d.propose([1, 2, 3, 1, 2], 2, SamplingParams(temperature=1.0), RNG)
+    assert draft.tokens == [3, 1]
+    assert [q.prob(t) for q, t in zip(draft.q, draft.tokens, strict=True)] == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("gamma", [1, 4, 8])
+def test_ngram_greedy_output_equals_plain(synthetic_models, gamma: int) -> None:
+    prompt = "the cat sat on the mat and the dog sat on the mat and the cat"
+    with LlamaModel(synthetic_models["target"], n_ctx=512, n_threads=1) as target:
+        plain = generate(target, prompt, max_tokens=80, gamma=0)
+        spec = generate(target, prompt, drafter=NgramDrafter(), max_tokens=80, gamma=gamma)
+        assert spec.tokens == plain.tokens
+        assert spec.stats.drafted > 0 and spec.stats.accepted > 0
+        assert spec.stats.draft_calls == 0  # no model was run to draft
