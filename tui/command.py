@@ -8,7 +8,7 @@ from functools import partial
 
 from edgespec.commands.options import add_model_options, add_sampling_options
 from edgespec.errors import EdgespecError, InvalidParameterError
-from edgespec.loading import NO_DRAFT, resolve_model
+from edgespec.loading import NGRAM, NO_DRAFT, resolve_model
 
 from .session import GenerationSettings, LlamaChatEngine, ModelChoice
 
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     # Fetch named models before the app takes the terminal, so download progress
     # shows as plain lines; any error is left for the app to show as a notification.
     for spec in (choice.target, choice.draft):
-        if spec.lower() not in NO_DRAFT:
+        if spec.lower() not in (*NO_DRAFT, NGRAM):
             with contextlib.suppress(EdgespecError):
                 resolve_model(spec)
     app = make_app(

@@ -18,7 +18,8 @@ from edgespec.compat import check_compatible
 from edgespec.drafters import Drafter, ModelDrafter
 from edgespec.engine import DEFAULT_GAMMA, DEFAULT_MAX_TOKENS, stream_generate
 from edgespec.events import Event, RoundEvent
-from edgespec.loading import NO_DRAFT, load_pair, resolve_model
+from edgespec.loading import NGRAM, NO_DRAFT, load_pair, resolve_model
+from edgespec.ngram import NgramDrafter
 from edgespec.sampling import (
     DEFAULT_MIN_P,
     DEFAULT_TEMPERATURE,
@@ -139,8 +140,8 @@ class LlamaChatEngine:
         return cls(choice, target, drafter)
 
     def _choices(self) -> tuple[str, ...]:
-        out = ["none"]
-        if self.choice.draft.lower() not in NO_DRAFT:
+        out = ["none", NGRAM]
+        if self.choice.draft.lower() not in (*NO_DRAFT, NGRAM):
             out.append(display_name(self.choice.draft))
         if display_name(self.choice.draft) != display_name(self.choice.target):
             out.append(SELF_DRAFT)
@@ -158,13 +159,16 @@ class LlamaChatEngine:
         )
 
     def set_drafter(self, choice: str) -> None:
-        """Switch drafter: "none", the --draft model, or "self" (the target drafting for itself)."""
+        """Switch drafter: "none", "ngram" (prompt lookup), the --draft model, or "self"
+        (a second copy of the target drafting for itself)."""
         if choice == self._draft_choice:
             return
         if choice not in self._choices():
             raise ValueError(f"unknown drafter {choice!r}")
         new: Drafter | None = None
-        if choice != "none":
+        if choice == NGRAM:
+            new = NgramDrafter()
+        elif choice != "none":
             spec = self.choice.target if choice == SELF_DRAFT else self.choice.draft
             model = LlamaModel(
                 resolve_model(spec),

@@ -82,3 +82,20 @@ async def test_stop_then_continue_keeps_the_caches_consistent(real_model_paths, 
         assert engine.target.tokens[: len(prompt)] == prompt
         draft_tokens = engine.drafter.model.tokens
         assert draft_tokens == engine.target.tokens[: len(draft_tokens)]
+
+
+async def test_drafter_choices_of_the_real_engine(real_model_paths) -> None:
+    path = str(real_model_paths["smollm2-135m-instruct"])
+    engine = LlamaChatEngine.load(ModelChoice(target=path, draft="none", n_ctx=512, threads=2))
+    try:
+        assert engine.info.draft is None
+        assert engine.info.drafter_choices == ("none", "ngram", "self")
+        settings = GenerationSettings(gamma=3, max_tokens=8)
+        convo = [ChatMessage("user", "Say hello hello hello")]
+        for choice in ("ngram", "self", "none"):
+            engine.set_drafter(choice)
+            assert engine.info.draft == (None if choice == "none" else choice)
+            done = list(engine.stream_reply(convo, settings))[-1]
+            assert done.tokens and done.stats.drafted >= (3 if choice == "self" else 0)
+    finally:
+        engine.close()

@@ -349,7 +349,7 @@ class ChatScreen(Screen):
         self.notify(what + (" (from the next reply)" if self.generating else ""))
 
     def action_drafter(self) -> None:
-        """Switch to the next drafter (none, the --draft model, the target itself)."""
+        """Switch to the next drafter (none, n-gram, the --draft model, the target itself)."""
         if self.runner.engine is None or self.engine_info is None:
             self.notify("No model loaded.", severity="warning")
             return
