@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -10,6 +10,10 @@ import numpy as np
 
 from .backend import LlamaModel
 from .sampling import SamplingParams, TokenDist, greedy_tokens, process_logits
+
+# keep(i, p): is draft token i (1-based), whose draft probability with tokens 1..i-1
+# is p, worth verifying? Supplied by the adaptive policy; drafters stop at a "no".
+KeepDrafting = Callable[[int, float], bool]
 
 
 @dataclass(frozen=True)
@@ -31,10 +35,17 @@ class Drafter(Protocol):
         ...
 
     def propose(
-        self, context: Sequence[int], n: int, sampling: SamplingParams, rng: np.random.Generator
+        self,
+        context: Sequence[int],
+        n: int,
+        sampling: SamplingParams,
+        rng: np.random.Generator,
+        *,
+        keep: KeepDrafting | None = None,
     ) -> Draft:
         """Up to n tokens that might follow context. Deterministic drafters return q as
-        point masses (probability 1 on the proposed token) when sampling."""
+        point masses (probability 1 on the proposed token) when sampling. A drafter
+        with its own confidence stops early when keep() says a token is not worth it."""
         ...
 
 
@@ -56,9 +67,15 @@ class ModelDrafter:
             self.model.decode(context[cached:-1], logits="none")
 
     def propose(
-        self, context: Sequence[int], n: int, sampling: SamplingParams, rng: np.random.Generator
+        self,
+        context: Sequence[int],
+        n: int,
+        sampling: SamplingParams,
+        rng: np.random.Generator,
+        *,
+        keep: KeepDrafting | None = None,
     ) -> Draft:
-        """Decode what is new in context, then sample n tokens one by one."""
+        """Decode what is new in context, then draft up to n tokens one by one."""
         m = self.model
         n = min(n, m.n_ctx - len(context))
         if n <= 0:
@@ -68,12 +85,19 @@ class ModelDrafter:
         calls = 1
         tokens: list[int] = []
         q: list[TokenDist] = []
+        confidence = 1.0  # the draft's probability of all its tokens so far
         for i in range(n):
             if sampling.greedy:
                 x = int(greedy_tokens(logits)[0])
+                if keep is not None:
+                    confidence *= _top_probability(logits[0])
             else:
                 dist = process_logits(logits, sampling)[0]
                 x = dist.sample(rng)
+                confidence *= dist.prob(x)
+            if keep is not None and not keep(i + 1, confidence):
+                break
+            if not sampling.greedy:
                 q.append(dist)
             tokens.append(x)
             if m.is_eog(x):
@@ -82,3 +106,9 @@ class ModelDrafter:
                 logits = m.decode([x], logits="last")
                 calls += 1
         return Draft(tokens, q, calls)
+
+
+def _top_probability(logits: np.ndarray) -> float:
+    """Softmax probability of the argmax token."""
+    z = logits - logits.max()
+    return float(1.0 / np.exp(z, dtype=np.float32).sum())

@@ -14,16 +14,17 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .adaptive import AdaptiveGamma
 from .backend import LlamaModel
 from .detok import Detokenizer
-from .drafters import Draft, Drafter
+from .drafters import Draft, Drafter, KeepDrafting
 from .errors import ContextFullError, InvalidParameterError
 from .events import DoneEvent, Event, RoundEvent, Stats, StopReason, TokenEvent, TokenKind
 from .sampling import SamplingParams, TokenDist, greedy_tokens, process_logits
 from .verify import accept_greedy, accept_rejection
 
 DEFAULT_MAX_TOKENS = 256
-DEFAULT_GAMMA = 4
+DEFAULT_GAMMA = "auto"
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ def speculative_step(
     gamma: int,
     sampling: SamplingParams,
     rng: np.random.Generator,
+    keep: KeepDrafting | None = None,
 ) -> RoundResult:
     """One round. Precondition: the target cache holds context[:-1].
 
@@ -52,9 +54,12 @@ def speculative_step(
     everything committed except next_token, restoring the precondition.
     """
     t0 = time.perf_counter()
-    draft = (
-        drafter.propose(context, gamma, sampling, rng) if drafter and gamma > 0 else Draft([], [])
-    )
+    if drafter is None or gamma == 0:
+        draft = Draft([], [])
+    elif keep is not None:
+        draft = drafter.propose(context, gamma, sampling, rng, keep=keep)
+    else:
+        draft = drafter.propose(context, gamma, sampling, rng)
     t1 = time.perf_counter()
     n_ctx_before = len(target.tokens)
     # one target call scores the pending token and every draft token: g + 1 rows of p
@@ -81,7 +86,7 @@ def stream_generate(
     drafter: Drafter | None = None,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     sampling: SamplingParams | None = None,
-    gamma: int = DEFAULT_GAMMA,
+    gamma: int | str | AdaptiveGamma = DEFAULT_GAMMA,
     seed: int | None = None,
     stop: Sequence[str] = (),
 ) -> Iterator[Event]:
@@ -91,8 +96,8 @@ def stream_generate(
     a follow-up turn only processes its new tokens.
     """
     sampling = sampling or SamplingParams()
-    if gamma < 0:
-        raise InvalidParameterError(f"gamma must be >= 0, got {gamma}")
+    policy = resolve_gamma(gamma, target, drafter)
+    fixed_gamma = 0 if policy is not None or drafter is None else int(gamma)  # type: ignore[arg-type]
     if max_tokens < 0:
         raise InvalidParameterError(f"max-tokens must be >= 0, got {max_tokens}")
     if isinstance(prompt, str):
@@ -110,8 +115,9 @@ def stream_generate(
     cached = target.reuse_prefix(prompt_tokens)
     if len(prompt_tokens) - 1 > cached:
         target.decode(prompt_tokens[cached:-1], logits="none")
-    if drafter is not None and gamma > 0:
+    if drafter is not None and (policy is not None or fixed_gamma > 0):
         drafter.prefill(prompt_tokens)
+    free_drafter = drafter is not None and getattr(drafter, "model", None) is None
     stats = Stats(
         prompt_tokens=len(prompt_tokens),
         prompt_cached=cached,
@@ -129,16 +135,27 @@ def stream_generate(
             break
         rnd += 1
         # never draft past max_tokens or the context: the round adds g + 1 tokens
-        g = max(0, min(gamma, max_tokens - len(out_tokens) - 1, room - 1))
-        res = speculative_step(target, drafter, context, g, sampling, rng)
+        limit = max(0, min(max_tokens - len(out_tokens) - 1, room - 1))
+        g = policy.choose(limit) if policy is not None else min(fixed_gamma, limit)
+        keep = policy.keep_drafting if policy is not None else None
+        res = speculative_step(target, drafter, context, g, sampling, rng, keep)
+        if policy is not None:
+            policy.observe(len(res.draft), res.n_accepted, res.verify_s)
+            if g == 0 and free_drafter and limit > 0:
+                # a lookup costs nothing: learn what it would have proposed
+                shadow = drafter.propose(context, 1, sampling, rng)  # type: ignore[union-attr]
+                policy.observe_free(shadow.tokens, res.next_token)
         kept = [*res.draft[: res.n_accepted], res.next_token]
         kinds = [TokenKind.ACCEPTED] * res.n_accepted
         if res.n_accepted < len(res.draft):
             kinds.append(TokenKind.CORRECTION)
         else:
             kinds.append(TokenKind.BONUS if res.draft else TokenKind.PLAIN)
+        tried, hit = _position_counts(stats, len(res.draft), res.n_accepted)
         stats = replace(
             stats,
+            position_tried=tried,
+            position_accepted=hit,
             drafted=stats.drafted + len(res.draft),
             accepted=stats.accepted + res.n_accepted,
             rounds=rnd,
@@ -173,6 +190,42 @@ def stream_generate(
         detok.flush()
     stats = replace(stats, generated=len(out_tokens), wall_s=time.perf_counter() - t_start)
     yield DoneEvent(detok.text, tuple(out_tokens), reason, stats)
+
+
+def resolve_gamma(
+    gamma: int | str | AdaptiveGamma, target: LlamaModel, drafter: Drafter | None
+) -> AdaptiveGamma | None:
+    """An adaptive policy for gamma="auto" (or a given one), None for a fixed gamma."""
+    if isinstance(gamma, AdaptiveGamma):
+        return gamma if drafter is not None else None
+    if gamma == "auto":
+        return make_policy(target, drafter) if drafter is not None else None
+    if isinstance(gamma, str) or gamma < 0:
+        raise InvalidParameterError(f"gamma must be a whole number >= 0 or 'auto', got {gamma!r}")
+    return None
+
+
+def make_policy(target: LlamaModel, drafter: Drafter) -> AdaptiveGamma:
+    """Adaptive gamma from the (cached) cost curves of the target and a draft model."""
+    from .costs import load_or_measure
+
+    curve = load_or_measure(target)
+    draft_model = getattr(drafter, "model", None)
+    step = load_or_measure(draft_model, max_k=2).cost(1) if draft_model is not None else 0.0
+    return AdaptiveGamma(curve, draft_step_s=step)
+
+
+def _position_counts(
+    stats: Stats, drafted: int, accepted: int
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Per draft position: how often it was verified, how often accepted."""
+    n = max(len(stats.position_tried), drafted)
+    tried = list(stats.position_tried) + [0] * (n - len(stats.position_tried))
+    hit = list(stats.position_accepted) + [0] * (n - len(stats.position_accepted))
+    for i in range(min(drafted, accepted + 1)):
+        tried[i] += 1
+        hit[i] += 1 if i < accepted else 0
+    return tuple(tried), tuple(hit)
 
 
 def _find_stop(text: str, stops: Sequence[str], n_new: int) -> int | None:

@@ -47,6 +47,21 @@ class Stats:
     draft_s: float = 0.0
     verify_s: float = 0.0
     wall_s: float = 0.0
+    position_tried: tuple[int, ...] = ()  # per draft position: times verified on its own merit
+    position_accepted: tuple[int, ...] = ()  # ... and times accepted
+
+    @property
+    def gamma_mean(self) -> float:
+        """Draft tokens per round."""
+        return self.drafted / self.rounds if self.rounds else 0.0
+
+    @property
+    def position_acceptance(self) -> list[float]:
+        """P(draft token i accepted | tokens before it accepted), per position i."""
+        return [
+            h / t if t else 0.0
+            for h, t in zip(self.position_accepted, self.position_tried, strict=True)
+        ]
 
     @property
     def acceptance_rate(self) -> float:
@@ -77,6 +92,8 @@ class Stats:
         """All fields and derived figures, for JSON output."""
         d: dict[str, float | int] = asdict(self)
         for name in (
+            "gamma_mean",
+            "position_acceptance",
             "acceptance_rate",
             "mean_accepted_per_call",
             "decode_s",

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .drafters import Draft
+from .drafters import Draft, KeepDrafting
 from .sampling import SamplingParams, TokenDist
 
 DEFAULT_NGRAM_MIN = 1
@@ -42,7 +42,13 @@ class NgramDrafter:
         self._sync(context)
 
     def propose(
-        self, context: Sequence[int], n: int, sampling: SamplingParams, rng: np.random.Generator
+        self,
+        context: Sequence[int],
+        n: int,
+        sampling: SamplingParams,
+        rng: np.random.Generator,
+        *,
+        keep: KeepDrafting | None = None,
     ) -> Draft:
         """Up to n tokens copied from after the latest match of the longest tail n-gram."""
         self._sync(context)

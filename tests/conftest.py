@@ -20,6 +20,15 @@ def _load_script(name: str):
     return module
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache_dir(tmp_path_factory: pytest.TempPathFactory):
+    """Calibration curves go to a per-session folder, not the user's cache."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("EDGESPEC_CACHE_DIR", str(tmp_path_factory.mktemp("edgespec-cache")))
+    yield
+    mp.undo()
+
+
 @pytest.fixture(scope="session")
 def synthetic_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Tiny llama-architecture models: target, draft_same, draft_noisy, draft_unrelated, ..."""

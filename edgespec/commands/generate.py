@@ -45,7 +45,7 @@ def _read_prompt(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     """Run generate; stream text to stdout, or print one JSON object with --json."""
     sampling = sampling_from_args(args)
-    if args.gamma < 0:
+    if args.gamma != "auto" and args.gamma < 0:
         raise InvalidParameterError(f"gamma must be >= 0, got {args.gamma}")
     if args.max_tokens < 0:
         raise InvalidParameterError(f"max-tokens must be >= 0, got {args.max_tokens}")
@@ -84,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
             "stop_reason": done.stop_reason.value,
             "target": str(target.path),
             "draft": drafter.name if drafter else None,
+            "drafter": drafter.name if drafter else "none",
             "gamma": gamma,
             "stats": s.to_dict(),
         }

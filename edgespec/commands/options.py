@@ -20,7 +20,11 @@ DEFAULT_DRAFT = "none"
 def add_model_options(p: argparse.ArgumentParser) -> None:
     """--target/--draft and how to run them (threads, context, GPU layers)."""
     p.add_argument("--target", default=DEFAULT_TARGET, help="target: .gguf path or model name")
-    p.add_argument("--draft", default=DEFAULT_DRAFT, help="draft: .gguf path, model name, ngram (prompt lookup), or none")
+    p.add_argument(
+        "--draft",
+        default=DEFAULT_DRAFT,
+        help="draft: .gguf path, model name, ngram (prompt lookup), or none",
+    )
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
     p.add_argument("--ctx", type=int, default=None, help="context length in tokens")
     p.add_argument("--gpu-layers", type=int, default=0, help="target layers to offload")
@@ -35,7 +39,24 @@ def add_sampling_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=DEFAULT_TOP_P)
     p.add_argument("--min-p", type=float, default=DEFAULT_MIN_P)
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--gamma", type=int, default=DEFAULT_GAMMA, help="draft tokens per round")
+    p.add_argument(
+        "--gamma",
+        type=parse_gamma,
+        default=DEFAULT_GAMMA,
+        help="draft tokens per round, or auto: chosen each round from measured costs",
+    )
+
+
+def parse_gamma(text: str) -> int | str:
+    """``auto`` or a whole number (range-checked later, with edgespec's own message)."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"gamma must be a whole number or auto, got {text!r}"
+        ) from None
 
 
 def sampling_from_args(args: argparse.Namespace) -> SamplingParams:

@@ -1,0 +1,134 @@
+"""Choose the draft length each round to maximise expected tokens per second.
+
+With a_i the chance that draft token i is accepted given that 1..i-1 were, a
+round that drafts g tokens yields E(g) = 1 + a_1 + a_1 a_2 + ... + a_1...a_g
+tokens and costs T(g) = verify(g + 1) + draft(g) seconds. The policy picks the
+g in 0..max_gamma with the best E(g) / T(g); g = 0 is plain decoding, so the
+policy never chooses to lose (up to estimation error and the probes below).
+
+a_i are running estimates per position, discounted so that they follow the text
+(code copying vs free writing). verify(k) is the calibrated cost curve, scaled
+online by the measured verify times, which tracks context depth and machine load.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .costs import CostCurve
+
+DEFAULT_MAX_GAMMA = 16
+DISCOUNT = 0.95  # weight of past observations per new one (memory of ~20 rounds)
+PRIOR_ACCEPT = 0.5  # optimistic-enough prior: a fresh drafter gets tried
+PRIOR_WEIGHT = 2.0
+SCALE_DISCOUNT = 0.9
+FIRST_PROBE_AFTER = 8  # rounds without drafting before a one-token probe; doubles each time
+
+
+@dataclass
+class AcceptanceEstimate:
+    """Discounted accept counts per draft position (1-based positions)."""
+
+    max_gamma: int
+    hits: list[float] = field(default_factory=list)
+    tries: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.hits = [PRIOR_ACCEPT * PRIOR_WEIGHT] * self.max_gamma
+        self.tries = [PRIOR_WEIGHT] * self.max_gamma
+
+    def rate(self, i: int) -> float:
+        """Estimated P(token i accepted | tokens before it accepted)."""
+        return self.hits[i - 1] / self.tries[i - 1]
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        """A round verified `drafted` tokens and kept the first `accepted`."""
+        for i in range(1, drafted + 1):
+            if i > accepted + 1:
+                break  # never verified on its own merit: an earlier token was rejected
+            self.hits[i - 1] = DISCOUNT * self.hits[i - 1] + (1.0 if i <= accepted else 0.0)
+            self.tries[i - 1] = DISCOUNT * self.tries[i - 1] + 1.0
+
+
+class AdaptiveGamma:
+    """Per-round draft length from acceptance estimates and the measured cost curve.
+
+    Args:
+        verify: the target's cost curve (seconds for k-token batches).
+        draft_step_s: seconds per draft token (0 for a lookup drafter).
+        max_gamma: the longest draft considered.
+    """
+
+    def __init__(
+        self, verify: CostCurve, *, draft_step_s: float, max_gamma: int = DEFAULT_MAX_GAMMA
+    ) -> None:
+        self.verify = verify
+        self.draft_step_s = draft_step_s
+        self.max_gamma = max_gamma
+        self.accept = AcceptanceEstimate(max_gamma)
+        self.scale = 1.0  # measured / calibrated verify time
+        self._idle_rounds = 0
+        self._probe_after = FIRST_PROBE_AFTER
+        self.chosen: list[int] = []
+
+    def round_cost(self, g: int) -> float:
+        """Predicted seconds for a round drafting g tokens."""
+        return self.scale * self.verify.cost(g + 1) + self.draft_step_s * g
+
+    def expected_tokens(self, g: int) -> float:
+        """E(g): tokens a round drafting g yields, from the acceptance estimates."""
+        total, run = 1.0, 1.0
+        for i in range(1, g + 1):
+            run *= self.accept.rate(i)
+            total += run
+        return total
+
+    def choose(self, limit: int) -> int:
+        """Draft length for the next round, at most `limit` (room left in budget/context)."""
+        limit = min(limit, self.max_gamma)
+        best_g, best_rate = 0, 1.0 / self.round_cost(0)
+        total, run = 1.0, 1.0
+        for g in range(1, limit + 1):
+            run *= self.accept.rate(g)
+            total += run
+            rate = total / self.round_cost(g)
+            if rate > best_rate:
+                best_g, best_rate = g, rate
+        if best_g == 0 and limit > 0 and self.draft_step_s > 0:
+            # the estimates can only recover if someone drafts: probe rarely, with backoff
+            self._idle_rounds += 1
+            if self._idle_rounds >= self._probe_after:
+                self._idle_rounds = 0
+                self._probe_after *= 2
+                best_g = 1
+        elif best_g > 0:
+            self._idle_rounds = 0
+            self._probe_after = FIRST_PROBE_AFTER
+        self.chosen.append(best_g)
+        return best_g
+
+    def keep_drafting(self, i: int, cumulative_conf: float) -> bool:
+        """Early stop for model drafters: is draft token i (1-based) worth verifying?
+
+        cumulative_conf is the draft's own probability of tokens 1..i. Token i adds
+        about that many expected tokens and costs the verify-curve step; keep it if
+        that beats the rate of a plain round (the floor every choice must beat).
+        """
+        marginal = self.scale * (self.verify.cost(i + 1) - self.verify.cost(i))
+        return cumulative_conf * self.round_cost(0) > marginal
+
+    def observe(self, drafted: int, accepted: int, verify_s: float) -> None:
+        """Update acceptance estimates and the cost scale from a finished round."""
+        self.accept.observe(drafted, accepted)
+        predicted = self.verify.cost(drafted + 1)
+        if predicted > 0 and verify_s > 0:
+            self.scale = SCALE_DISCOUNT * self.scale + (1 - SCALE_DISCOUNT) * (verify_s / predicted)
+
+    def observe_free(self, proposed: list[int], produced: int) -> None:
+        """A lookup drafter's proposal in a plain round: was its first token the one produced?
+
+        The match is what acceptance would have been (greedy) or has the same
+        probability, p(x), as accepting a point-mass draft (sampling).
+        """
+        if proposed:
+            self.accept.observe(1, 1 if proposed[0] == produced else 0)

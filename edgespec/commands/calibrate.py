@@ -1,0 +1,54 @@
+"""``edgespec calibrate``: measure (or show the cached) cost curves the adaptive policy uses."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..costs import calibration_file, load_or_measure
+from ..loading import load_pair
+from .options import add_model_options
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the calibrate subcommand."""
+    p = sub.add_parser("calibrate", help="measure verify/draft costs on this machine")
+    add_model_options(p)
+    p.add_argument("--refresh", action="store_true", help="measure again, ignoring the cache")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the target's verify-cost curve and the draft model's step cost."""
+    target, drafter = load_pair(
+        args.target,
+        args.draft,
+        n_ctx=args.ctx,
+        n_threads=args.threads,
+        gpu_layers=args.gpu_layers,
+        draft_gpu_layers=args.draft_gpu_layers,
+    )
+    curves = {"target": load_or_measure(target, refresh=args.refresh)}
+    draft_model = getattr(drafter, "model", None)
+    if draft_model is not None:
+        curves["draft"] = load_or_measure(draft_model, max_k=2, refresh=args.refresh)
+    if args.json:
+        out = {
+            name: {"model": c.model, "seconds": list(c.seconds), "ratios": c.ratios()}
+            for name, c in curves.items()
+        }
+        print(json.dumps({"cache": str(calibration_file()), "threads": target.n_threads, **out}))
+        return 0
+    t = curves["target"]
+    print(f"target {t.model}, {target.n_threads} threads (cache: {calibration_file()})")
+    print(f"{'k':>3} {'ms':>8} {'x one token':>12}")
+    for k, (sec, ratio) in enumerate(zip(t.seconds, t.ratios(), strict=True), start=1):
+        print(f"{k:>3} {sec * 1000:>8.2f} {ratio:>12.2f}")
+    if "draft" in curves:
+        d = curves["draft"]
+        print(
+            f"draft {d.model}: {d.cost(1) * 1000:.2f} ms per token "
+            f"({d.cost(1) / t.cost(1):.2f}x a target token)"
+        )
+    return 0

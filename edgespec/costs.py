@@ -1,0 +1,139 @@
+"""What a forward pass costs on this machine: the target's verify curve and the draft's step.
+
+Speculation pays only where a k-token verify costs much less than k single
+tokens. That ratio depends on the model, the hardware, the thread count and the
+kernels, so edgespec measures it (a few seconds, once) and caches the curve per
+model file, machine, thread count and kernel mode.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .backend import FAST_KERNELS, LlamaModel
+
+MAX_VERIFY = 17  # rows of a verify batch: the pending token and up to 16 draft tokens
+CALIBRATION_DEPTH = 64  # context depth the curve is measured at
+CALIBRATION_REPS = 5
+_FILLER = "The quick brown fox jumps over the lazy dog near the river bank. " * 12
+
+
+@dataclass(frozen=True)
+class CostCurve:
+    """Median seconds of one decode of k tokens with logits on every row, k = 1..len."""
+
+    model: str
+    key: str
+    seconds: tuple[float, ...]  # seconds[k - 1] for a batch of k tokens
+
+    def cost(self, k: int) -> float:
+        """Seconds for a batch of k tokens (linear extrapolation past the measured range)."""
+        if k <= len(self.seconds):
+            return self.seconds[k - 1]
+        slope = self.seconds[-1] - self.seconds[-2]
+        return self.seconds[-1] + slope * (k - len(self.seconds))
+
+    def ratios(self) -> list[float]:
+        """Cost of each batch size relative to one token."""
+        return [s / self.seconds[0] for s in self.seconds]
+
+
+def machine_key(model: LlamaModel, max_k: int) -> str:
+    """What the curve depends on: file identity, CPU, threads, offload, kernel mode."""
+    st = model.path.stat()
+    parts = [
+        model.path.name,
+        str(st.st_size),
+        str(int(st.st_mtime)),
+        platform.machine(),
+        _cpu_name(),
+        f"threads={model.n_threads}",
+        f"gpu_layers={model.n_gpu_layers}",
+        f"fast_kernels={FAST_KERNELS}",
+        f"max_k={max_k}",
+    ]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:24]
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def measure_curve(
+    model: LlamaModel, *, max_k: int = MAX_VERIFY, reps: int = CALIBRATION_REPS
+) -> CostCurve:
+    """Time decodes of 1..max_k tokens at a fixed depth; the model's cache is left empty."""
+    tokens = model.tokenize(_FILLER)
+    while len(tokens) < CALIBRATION_DEPTH + max_k:
+        tokens += tokens
+    model.reset()
+    model.decode(tokens[:CALIBRATION_DEPTH], logits="none")
+    samples: dict[int, list[float]] = {k: [] for k in range(1, max_k + 1)}
+    for _ in range(reps):
+        for k in range(1, max_k + 1):  # interleaved, so drift in machine load hits every k
+            model.truncate(CALIBRATION_DEPTH)
+            t0 = time.perf_counter()
+            model.decode(tokens[CALIBRATION_DEPTH : CALIBRATION_DEPTH + k], logits="all")
+            samples[k].append(time.perf_counter() - t0)
+    model.reset()
+    secs = tuple(statistics.median(samples[k]) for k in range(1, max_k + 1))
+    # a longer batch never costs less: smooth away timing noise that says otherwise
+    mono = tuple(max(secs[: i + 1]) for i in range(len(secs)))
+    return CostCurve(model=model.path.name, key=machine_key(model, max_k), seconds=mono)
+
+
+def calibration_file() -> Path:
+    """Where measured curves are cached (EDGESPEC_CACHE_DIR overrides the user cache)."""
+    base = os.environ.get("EDGESPEC_CACHE_DIR")
+    if base:
+        return Path(base) / "calibration.json"
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("edgespec")) / "calibration.json"
+
+
+def load_or_measure(
+    model: LlamaModel, *, max_k: int = MAX_VERIFY, refresh: bool = False
+) -> CostCurve:
+    """The cached curve for this model and machine, measuring (and caching) it if absent."""
+    key = machine_key(model, max_k)
+    path = calibration_file()
+    cache = _read_cache(path)
+    if not refresh and key in cache:
+        entry = cache[key]
+        return CostCurve(model=entry["model"], key=key, seconds=tuple(entry["seconds"]))
+    curve = measure_curve(model, max_k=max_k)
+    cache[key] = asdict(curve)
+    _write_cache(path, cache)
+    return curve
+
+
+def _read_cache(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}  # missing or corrupt: measure again
+
+
+def _write_cache(path: Path, cache: dict) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(cache, indent=1))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache only costs a re-measurement next time

@@ -1,0 +1,115 @@
+"""The adaptive draft-length policy and its cost model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from edgespec.adaptive import FIRST_PROBE_AFTER, AdaptiveGamma
+from edgespec.backend import LlamaModel
+from edgespec.costs import CostCurve, load_or_measure
+from edgespec.drafters import ModelDrafter
+from edgespec.engine import generate
+from edgespec.ngram import NgramDrafter
+
+# Measured shape on this project's 2-core CPUs (Gemma 3 270M): k=2 2.2x, 4 3x, 8 3.7x, 16 5x.
+CPU_RATIOS = [1.0, 2.2, 2.6, 3.0, 3.2, 3.35, 3.5, 3.6, 3.7, 3.85, 4.0, 4.2, 4.4, 4.6, 4.8, 5.0, 5.1]
+CPU = CostCurve(model="m", key="k", seconds=tuple(0.01 * r for r in CPU_RATIOS))
+GPU_LIKE = CostCurve(model="m", key="k", seconds=tuple(0.01 * (1 + 0.02 * k) for k in range(17)))
+
+
+def policy_with_rate(curve: CostCurve, rate: float, *, step: float = 0.0) -> AdaptiveGamma:
+    p = AdaptiveGamma(curve, draft_step_s=step)
+    for _ in range(200):  # converge the discounted estimates to `rate` at every position
+        for i in range(p.max_gamma):
+            p.accept.hits[i] = rate * p.accept.tries[i]
+    return p
+
+
+def test_no_drafting_when_it_cannot_pay() -> None:
+    # E(1) = 1.5 tokens for 2.2x the cost of a plain round: plain decoding wins
+    assert policy_with_rate(CPU, 0.5).choose(16) == 0
+    assert policy_with_rate(CPU, 0.0).choose(16) == 0
+
+
+def test_long_drafts_when_acceptance_is_high() -> None:
+    g = policy_with_rate(CPU, 0.97).choose(16)
+    assert g >= 8
+    p = policy_with_rate(CPU, 0.97)
+    best = max(range(17), key=lambda k: p.expected_tokens(k) / p.round_cost(k))
+    assert g == best
+
+
+def test_cheap_verification_drafts_even_at_modest_acceptance() -> None:
+    assert policy_with_rate(GPU_LIKE, 0.5).choose(16) >= 3
+    assert policy_with_rate(CPU, 0.5).choose(16) == 0
+
+
+def test_choice_respects_the_limit_and_the_draft_cost() -> None:
+    assert policy_with_rate(CPU, 0.97).choose(3) <= 3
+    assert policy_with_rate(CPU, 0.97, step=0.02).choose(16) < policy_with_rate(CPU, 0.97).choose(
+        16
+    )
+
+
+def test_estimates_follow_the_text() -> None:
+    p = AdaptiveGamma(CPU, draft_step_s=0.0)
+    for _ in range(60):
+        p.observe(8, 8, verify_s=CPU.cost(9))
+    assert p.choose(16) >= 8
+    for _ in range(60):
+        p.observe(4, 0, verify_s=CPU.cost(5))
+    assert p.choose(16) == 0
+
+
+def test_model_drafter_is_probed_with_backoff() -> None:
+    p = policy_with_rate(CPU, 0.0, step=0.005)
+    choices = [p.choose(16) for _ in range(FIRST_PROBE_AFTER * 7)]
+    probes = [i for i, g in enumerate(choices) if g]
+    assert probes[:2] == [FIRST_PROBE_AFTER - 1, 3 * FIRST_PROBE_AFTER - 1]
+    assert len(probes) <= 3  # the cost of probing shrinks: 8, then 16, then 32 rounds apart
+
+
+def test_cost_scale_tracks_measured_verify_times() -> None:
+    p = AdaptiveGamma(CPU, draft_step_s=0.0)
+    for _ in range(100):
+        p.observe(0, 0, verify_s=2 * CPU.cost(1))
+    assert p.scale == pytest.approx(2.0, rel=0.01)
+
+
+def test_calibration_is_cached(synthetic_models, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("EDGESPEC_CACHE_DIR", str(tmp_path))
+    with LlamaModel(synthetic_models["target"], n_ctx=256, n_threads=1) as m:
+        curve = load_or_measure(m, max_k=5)
+        assert len(curve.seconds) == 5
+        assert all(b >= a > 0 for a, b in zip(curve.seconds, curve.seconds[1:], strict=False))
+        cached = json.loads((tmp_path / "calibration.json").read_text())
+        assert curve.key in cached
+        cached[curve.key]["seconds"] = [1, 2, 3, 4, 5]
+        (tmp_path / "calibration.json").write_text(json.dumps(cached))
+        assert load_or_measure(m, max_k=5).seconds == (1, 2, 3, 4, 5)
+        (tmp_path / "calibration.json").write_text("{not json")
+        assert len(load_or_measure(m, max_k=5).seconds) == 5  # corrupt cache: measured again
+
+
+@pytest.mark.parametrize("draft", ["draft_same", "draft_unrelated", "ngram"])
+def test_auto_gamma_keeps_greedy_output_exact(synthetic_models, draft: str) -> None:
+    prompt = "the cat sat on the mat and the dog sat on the mat and the cat"
+    with (
+        LlamaModel(synthetic_models["target"], n_ctx=512, n_threads=1) as target,
+        LlamaModel(synthetic_models["draft_unrelated"], n_ctx=512, n_threads=1) as other,
+        LlamaModel(synthetic_models["draft_same"], n_ctx=512, n_threads=1) as same,
+    ):
+        drafter = {
+            "draft_same": ModelDrafter(same),
+            "draft_unrelated": ModelDrafter(other),
+            "ngram": NgramDrafter(),
+        }[draft]
+        plain = generate(target, prompt, max_tokens=60, gamma=0)
+        auto = generate(target, prompt, drafter=drafter, max_tokens=60, gamma="auto")
+        assert auto.tokens == plain.tokens
+        s = auto.stats
+        assert len(s.position_acceptance) == len(s.position_tried)
+        if draft == "draft_unrelated":
+            assert s.gamma_mean < 0.5  # learns quickly that drafting does not pay
