@@ -40,7 +40,7 @@ def settings_from_args(args: argparse.Namespace) -> GenerationSettings:
         seed=args.seed,
     )
     settings.sampling()  # validates temperature, top-k, top-p, min-p
-    if settings.gamma < 0:
+    if isinstance(settings.gamma, int) and settings.gamma < 0:
         raise InvalidParameterError(f"gamma must be >= 0, got {settings.gamma}")
     if settings.max_tokens < 0:
         raise InvalidParameterError(f"max-tokens must be >= 0, got {settings.max_tokens}")

@@ -38,7 +38,7 @@ CALIBRATION_TOKENS = 6  # plain tokens generated once after loading, to time a t
 class GenerationSettings:
     """Knobs a person can change between replies."""
 
-    gamma: int = DEFAULT_GAMMA
+    gamma: int | str = DEFAULT_GAMMA  # draft tokens per round, or "auto" (engine's policy)
     temperature: float = DEFAULT_TEMPERATURE
     top_k: int = DEFAULT_TOP_K
     top_p: float = DEFAULT_TOP_P

@@ -248,3 +248,20 @@ async def test_text_and_enter_arriving_together_are_sent(app_with) -> None:
         await settle(pilot)
         await settle(pilot)
         assert engine.calls and engine.calls[0][0][-1].content == "Hi there"
+
+
+async def test_gamma_steps_through_auto(app_with) -> None:
+    from tui.session import GenerationSettings
+
+    engine = FakeEngine()
+    app = app_with(engine, settings=GenerationSettings(gamma="auto"))
+    async with app.run_test() as pilot:
+        await settle(pilot)
+        await pilot.press("f2")
+        assert app.chat.settings.gamma == "auto"
+        await pilot.press("f3", "f3")
+        assert app.chat.settings.gamma == 1
+        await pilot.press("f2", "f2")
+        assert app.chat.settings.gamma == "auto"
+        await send(pilot, "Go")
+        assert engine.calls[-1][1].gamma == "auto"

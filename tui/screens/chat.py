@@ -33,6 +33,7 @@ from ..widgets.stats_panel import StatsPanel
 from .conversations import ConversationsScreen
 
 MAX_GAMMA = 16
+AUTO = "auto"
 TEMPERATURES = (0.0, 0.3, 0.7, 1.0)
 STOP_WORDS = {
     StopReason.EOG.value: "done",
@@ -271,7 +272,7 @@ class ChatScreen(Screen):
             linger_s=self.config.linger_s, show_rejected=self.show_rejected
         )
         gamma = self.settings.gamma if info.draft else 0
-        self._metrics = ReplyMetrics(gamma=gamma)
+        self._metrics = ReplyMetrics(gamma=gamma if isinstance(gamma, int) else 0)
         self.query_one(StatsPanel).show(metrics=self._metrics, status="generating…")
         self._reply_id += 1
         self._stop = threading.Event()
@@ -333,9 +334,13 @@ class ChatScreen(Screen):
         self.notify(f"Opened: {conv.title or conv.default_title()}")
 
     def action_gamma(self, delta: int) -> None:
-        """Draft tokens per round, from the next reply on."""
-        gamma = min(MAX_GAMMA, max(0, self.settings.gamma + delta))
-        self._set(replace(self.settings, gamma=gamma), f"gamma = {gamma}")
+        """Draft tokens per round, stepping through auto, 0, 1, ... 16 (next reply on)."""
+        steps: list[int | str] = [AUTO, *range(MAX_GAMMA + 1)]
+        g = self.settings.gamma
+        current = min(g, MAX_GAMMA) if isinstance(g, int) else AUTO
+        gamma = steps[min(len(steps) - 1, max(0, steps.index(current) + delta))]
+        what = {AUTO: " (chosen each round)", 0: " (plain decoding)"}.get(gamma, "")
+        self._set(replace(self.settings, gamma=gamma), f"gamma = {gamma}{what}")
 
     def action_temperature(self) -> None:
         """Cycle the temperature through 0 (greedy), 0.3, 0.7, 1.0."""

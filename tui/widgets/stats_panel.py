@@ -99,6 +99,8 @@ class StatsPanel(Widget, can_focus=False):
         else:
             row("accepted", "–", "no drafts")
         row("tok/call", f"{st.mean_accepted_per_call:.2f}", f"{st.target_calls} calls")
+        if m.speculative:
+            row("γ/round", f"{st.drafted / st.rounds:.1f}" if st.rounds else "–", "drafted")
         row("tok/s", f"{st.tokens_per_second:.1f}", f"{st.generated} tok")
         est = m.speedup(self.meter)
         if est is None:
