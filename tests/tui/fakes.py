@@ -79,6 +79,8 @@ class FakeEngine:
     plain_call_s: float | None = 0.04
     calls: list[tuple[list[ChatMessage], GenerationSettings]] = field(default_factory=list)
     closed_streams: int = 0
+    yielded: int = 0
+    closed: threading.Event = field(default_factory=threading.Event)
     paused: threading.Event = field(default_factory=threading.Event)
     format: PromptFormat = field(
         default_factory=lambda: PromptFormat(
@@ -121,8 +123,10 @@ class FakeEngine:
                     self.paused.set()
                     self.gate.wait(timeout=30)
                 yield ev
+                self.yielded += 1
         finally:
             self.closed_streams += 1
+            self.closed.set()
 
     def close(self) -> None:
         pass

@@ -265,3 +265,20 @@ async def test_gamma_steps_through_auto(app_with) -> None:
         assert app.chat.settings.gamma == "auto"
         await send(pilot, "Go")
         assert engine.calls[-1][1].gamma == "auto"
+
+
+async def test_quit_while_streaming_stops_the_engine(app_with) -> None:
+    """Ctrl+Q mid-reply must not leave the process waiting for the reply to finish."""
+    gate = threading.Event()
+    engine = FakeEngine(gate=gate, pause_after=2)
+    app = app_with(engine)
+    async with app.run_test() as pilot:
+        await settle(pilot)
+        await send(pilot, "Hi", wait=False)
+        assert await asyncio.to_thread(engine.paused.wait, 30)
+        await pilot.press("ctrl+q")
+        await pilot.pause()
+    gate.set()  # the worker thread notices the stop at its next event
+    assert await asyncio.to_thread(engine.closed.wait, 30)
+    assert engine.closed_streams == 1
+    assert engine.yielded <= 3  # not the whole script

@@ -107,6 +107,10 @@ class ChatScreen(Screen):
         self.query_one(PromptInput).focus()
         self._load_engine()
 
+    def on_unmount(self) -> None:
+        """Quitting mid-reply: stop the engine (the process would otherwise wait for it)."""
+        self._stop.set()
+
     # --- engine workers (threads; the runner serialises them) -----------------
 
     @work(thread=True, group="engine", exit_on_error=False)
