@@ -74,6 +74,23 @@ class VocabInfo:
     eos: int
 
 
+@dataclass(frozen=True)
+class FimTokens:
+    """Fill-in-the-middle token ids from the GGUF vocabulary; None where the model has none."""
+
+    pre: int | None = None
+    suf: int | None = None
+    mid: int | None = None
+    pad: int | None = None
+    rep: int | None = None
+    sep: int | None = None
+
+    @property
+    def usable(self) -> bool:
+        """True when prefix, suffix and middle tokens all exist (FIM prompts possible)."""
+        return None not in (self.pre, self.suf, self.mid)
+
+
 def _check_gguf_file(path: Path) -> None:
     if not path.exists():
         raise ModelLoadError(f"model file not found: {path}")
@@ -201,6 +218,23 @@ class LlamaModel:
         """The model's default chat template from its GGUF metadata, if any."""
         raw = ll.llama_model_chat_template(self._model, None)
         return raw.decode("utf-8") if raw else None
+
+    def fim_tokens(self) -> FimTokens:
+        """The vocabulary's fill-in-the-middle tokens (each None when absent)."""
+        v = self._vocab
+
+        def tok(fn) -> int | None:  # llama.cpp returns LLAMA_TOKEN_NULL (-1) when absent
+            t = fn(v)
+            return t if t >= 0 else None
+
+        return FimTokens(
+            pre=tok(ll.llama_vocab_fim_pre),
+            suf=tok(ll.llama_vocab_fim_suf),
+            mid=tok(ll.llama_vocab_fim_mid),
+            pad=tok(ll.llama_vocab_fim_pad),
+            rep=tok(ll.llama_vocab_fim_rep),
+            sep=tok(ll.llama_vocab_fim_sep),
+        )
 
     # --- context ----------------------------------------------------------
 

@@ -17,6 +17,9 @@ Files written (name -> what it is for):
 * ``draft_unrelated`` -- independent weights, same vocabulary (low agreement).
 * ``draft_badvocab``  -- like ``draft_unrelated`` with one token text changed.
 * ``draft_bigvocab``  -- the target plus extra tokens appended (vocab too big).
+* ``target_fim``      -- the target plus fill-in-the-middle and ChatML control
+  tokens (``FIM_TOKENS``, never generated: zero output rows), their GGUF FIM ids
+  and a ChatML chat template: a code-completion/chat server target.
 """
 
 from __future__ import annotations
@@ -61,6 +64,24 @@ BADVOCAB_FROM = "\u2581the"
 BADVOCAB_TO = "\u2581thx"
 #: ``draft_bigvocab`` appends this many tokens (more than llama.cpp's 128).
 BIGVOCAB_EXTRA = 160
+#: ``target_fim`` appends these control tokens; the GGUF key each one fills.
+FIM_TOKENS = {
+    "<|fim_prefix|>": "tokenizer.ggml.fim_pre_token_id",
+    "<|fim_suffix|>": "tokenizer.ggml.fim_suf_token_id",
+    "<|fim_middle|>": "tokenizer.ggml.fim_mid_token_id",
+    "<|fim_pad|>": "tokenizer.ggml.fim_pad_token_id",
+    "<|repo_name|>": "tokenizer.ggml.fim_rep_token_id",
+    "<|file_sep|>": "tokenizer.ggml.fim_sep_token_id",
+    "<|im_start|>": None,
+    "<|im_end|>": "tokenizer.ggml.eot_token_id",
+}
+#: ``target_fim``'s chat template (ChatML, as Qwen and SmolLM use).
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
 
 # ---------------------------------------------------------------- vocabulary
 
@@ -144,6 +165,16 @@ def _bigvocab(vocab: Vocab) -> Vocab:
     )
 
 
+def _fimvocab(vocab: Vocab) -> Vocab:
+    """Return ``vocab`` with the ``FIM_TOKENS`` appended as control tokens."""
+    extra = list(FIM_TOKENS)
+    return Vocab(
+        vocab.tokens + extra,
+        vocab.scores + [0.0] * len(extra),
+        vocab.types + [int(gguf.TokenType.CONTROL)] * len(extra),
+    )
+
+
 # ---------------------------------------------------------------- weights
 
 Weights = dict[str, np.ndarray]
@@ -207,7 +238,11 @@ def grow_vocab(weights: Weights, n_extra: int, seed: int) -> Weights:
 
 
 def write_gguf(path: pathlib.Path, name: str, vocab: Vocab, weights: Weights) -> None:
-    """Write one llama-architecture GGUF file with ``vocab`` and ``weights``."""
+    """Write one llama-architecture GGUF file with ``vocab`` and ``weights``.
+
+    A vocabulary holding the ``FIM_TOKENS`` also gets their ids under the GGUF
+    FIM/EOT keys and the ChatML chat template.
+    """
     writer = gguf.GGUFWriter(path, arch="llama")
     writer.add_name(name)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
@@ -232,6 +267,11 @@ def write_gguf(path: pathlib.Path, name: str, vocab: Vocab, weights: Weights) ->
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
     writer.add_add_space_prefix(True)
+    if all(t in vocab.tokens for t in FIM_TOKENS):
+        for text, key in FIM_TOKENS.items():
+            if key is not None:
+                writer.add_uint32(key, vocab.tokens.index(text))
+        writer.add_chat_template(CHATML_TEMPLATE)
 
     for tensor_name, array in weights.items():
         writer.add_tensor(tensor_name, array)
@@ -256,6 +296,7 @@ def build_test_models(out_dir: pathlib.Path) -> dict[str, pathlib.Path]:
         "draft_unrelated": (vocab, unrelated),
         "draft_badvocab": (_badvocab(vocab), unrelated),
         "draft_bigvocab": (_bigvocab(vocab), grow_vocab(target, BIGVOCAB_EXTRA, EXTRA_SEED)),
+        "target_fim": (_fimvocab(vocab), grow_vocab(target, len(FIM_TOKENS), EXTRA_SEED)),
     }
     paths: dict[str, pathlib.Path] = {}
     for name, (model_vocab, weights) in models.items():

@@ -1,0 +1,114 @@
+"""``edgespec serve``: a local OpenAI- and llama.cpp-compatible completion server."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import sys
+
+from ..completion import AUTO, load_session
+from ..errors import InvalidParameterError
+from .options import add_model_options, parse_gamma
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the serve subcommand."""
+    from ..server import API_KEY_ENV, DEFAULT_MAX_BODY
+
+    p = sub.add_parser(
+        "serve",
+        help="serve completions over HTTP (OpenAI /v1 API and llama.cpp /infill)",
+        description="Serve one target (and drafter) over HTTP: POST /v1/completions, "
+        "/v1/chat/completions and /infill, GET /v1/models and /health. Requests run one "
+        "at a time, in arrival order; a request sharing a prefix with the previous one "
+        "reuses its KV cache.",
+    )
+    add_model_options(p)
+    p.set_defaults(draft=AUTO)
+    p.add_argument(
+        "--gamma",
+        type=parse_gamma,
+        default=AUTO,
+        help="draft tokens per round, or auto (adaptive)",
+    )
+    p.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get(API_KEY_ENV),
+        help=f"require this key on every route but /health (default: ${API_KEY_ENV})",
+    )
+    p.add_argument(
+        "--max-body",
+        type=int,
+        default=DEFAULT_MAX_BODY,
+        help=f"largest request body in bytes (default {DEFAULT_MAX_BODY})",
+    )
+    p.add_argument("--name", help="model id clients use (default: the --target name)")
+    p.add_argument("--quiet", action="store_true", help="do not log requests")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load the models and serve until interrupted."""
+    from ..server import EdgespecServer, serve
+
+    if not 0 <= args.port <= 65535:
+        raise InvalidParameterError(f"port must be 0..65535, got {args.port}")
+    if args.max_body < 1:
+        raise InvalidParameterError(f"max-body must be >= 1, got {args.max_body}")
+    session = load_session(
+        args.target,
+        args.draft,
+        gamma=args.gamma,
+        n_ctx=args.ctx,
+        n_threads=args.threads,
+        gpu_layers=args.gpu_layers,
+        draft_gpu_layers=args.draft_gpu_layers,
+        name=args.name,
+    )
+
+    def log(msg: str) -> None:
+        if not args.quiet:
+            print(msg, file=sys.stderr, flush=True)
+
+    try:
+        server = EdgespecServer(
+            (args.host, args.port),
+            session,
+            api_key=args.api_key,
+            max_body=args.max_body,
+            log=log,
+        )
+    except OSError as e:
+        raise InvalidParameterError(
+            f"cannot listen on {args.host}:{args.port}: {e.strerror or e}"
+        ) from None
+    host, port = server.server_address[:2]
+    fim = "fill-in-the-middle" if session.has_fim else "no FIM tokens: prefix-only completion"
+    chat = "its chat template" if session.chat_template else "no chat template: ChatML fallback"
+    print(
+        f"edgespec: serving {session.name} (draft {session.drafter_name}, gamma {session.gamma}; "
+        f"{fim}; {chat}) on http://{host}:{port}",
+        file=sys.stderr,
+        flush=True,
+    )
+    if not args.api_key and not _is_loopback(args.host):
+        print(
+            f"edgespec: warning: {args.host} is reachable from other machines and no API key "
+            "is set (--api-key)",
+            file=sys.stderr,
+        )
+    serve(server)
+    return 0
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"

@@ -1,0 +1,281 @@
+"""One loaded model pair serving completions: text, fill-in-the-middle and chat.
+
+``CompletionSession`` turns a request into prompt tokens (with the model's FIM
+tokens or chat template) and ``CompletionSession.run`` streams the completion:
+text deltas, then one ``CompletionResult``. It adds, on top of the engine's
+end-of-generation and stop strings, the stops code needs: FIM control tokens and
+the line rules of ``edgespec.codestop``. Cancelling (the ``cancelled`` callback
+turning true) closes the engine's generator, which leaves the KV caches holding
+committed tokens only, so the next request reuses its common prefix as usual.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .backend import LlamaModel
+from .chat_template import CHATML, render_chat
+from .codestop import CodeStop
+from .drafters import Drafter
+from .engine import DEFAULT_GAMMA, make_policy, stream_generate
+from .errors import ContextFullError, InvalidParameterError
+from .events import DoneEvent, RoundEvent, Stats, StopReason, TokenEvent, TokenKind
+from .fim import ExtraChunk, FimPrompt, build_fim_prompt, fim_stop_tokens
+from .loading import load_pair
+from .sampling import SamplingParams
+
+AUTO = "auto"
+#: A FIM completion keeps at most this many lines unless the request says otherwise.
+DEFAULT_MAX_LINES = 24
+
+
+@dataclass(frozen=True)
+class CodeRules:
+    """Line stop rules for a code completion (see edgespec.codestop.CodeStop)."""
+
+    suffix: str = ""
+    at_line_start: bool = False
+    max_lines: int | None = DEFAULT_MAX_LINES
+    min_indent: int | None = None
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    """What to generate from a tokenized prompt."""
+
+    prompt: list[int]
+    max_tokens: int
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    code: CodeRules | None = None
+
+
+@dataclass(frozen=True)
+class CompletionResult:
+    """The end of a completion.
+
+    Attributes:
+        text: the whole completion (what the deltas added up to).
+        tokens: the completion's tokens, up to where it stopped.
+        stop: "eog", "stop" (stop string), "fim_token", "max_lines", "indent",
+            "suffix", "max_tokens", "context_full" or "cancelled".
+        stats: the engine's statistics (work done, including tokens past a stop).
+    """
+
+    text: str
+    tokens: tuple[int, ...]
+    stop: str
+    stats: Stats
+
+    @property
+    def finish_reason(self) -> str:
+        """OpenAI's finish_reason: "length" when a limit cut it short, else "stop"."""
+        return "length" if self.stop in ("max_tokens", "context_full") else "stop"
+
+
+class CompletionSession:
+    """A target model and its drafter, and the prompt formats they support.
+
+    Args:
+        target: the target model.
+        drafter: None for plain decoding, or an NgramDrafter / ModelDrafter.
+        gamma: draft tokens per round, or "auto" (adaptive; 0 with no drafter).
+        name: the model name clients send (e.g. the catalog name).
+    """
+
+    def __init__(
+        self, target: LlamaModel, drafter: Drafter | None, *, gamma: int | str, name: str
+    ) -> None:
+        self.target = target
+        self.drafter = drafter
+        self.gamma: int | str = gamma if drafter is not None else 0
+        self.name = name
+        self.fim = target.fim_tokens()
+        self.stop_tokens = fim_stop_tokens(self.fim)
+        self.chat_template = target.chat_template()
+        info = target.vocab_info()
+        self._bos = info.bos if info.add_bos and info.bos >= 0 else None
+        self._bos_text = target.token_text(info.bos) if info.bos >= 0 else ""
+        self._eos_text = target.token_text(info.eos) if info.eos >= 0 else ""
+
+    @property
+    def has_fim(self) -> bool:
+        """True when the model has FIM tokens; False means prefix-only completion."""
+        return self.fim.usable
+
+    @property
+    def drafter_name(self) -> str:
+        """The drafter's name, or "none"."""
+        return self.drafter.name if self.drafter is not None else "none"
+
+    # ------------------------------------------------------------------ prompts
+
+    def text_prompt(self, text: str) -> list[int]:
+        """A plain text prompt (BOS added where the model wants it; specials parsed)."""
+        return self.target.tokenize(text, add_special=True, parse_special=True)
+
+    def check_tokens(self, tokens: Sequence[int]) -> list[int]:
+        """A token-id prompt, after checking every id is in the vocabulary."""
+        bad = [t for t in tokens if not 0 <= t < self.target.n_vocab]
+        if bad:
+            raise InvalidParameterError(
+                f"token id {bad[0]} is outside the vocabulary (0..{self.target.n_vocab - 1})"
+            )
+        return list(tokens)
+
+    def fim_prompt(
+        self,
+        prefix: str,
+        suffix: str,
+        *,
+        extra: Sequence[ExtraChunk] = (),
+        prompt: str = "",
+        max_tokens: int = 0,
+    ) -> FimPrompt:
+        """A FIM prompt (prefix-only without FIM tokens), cut to fit the context.
+
+        Room for ``max_tokens`` (at most a quarter of the context) is kept free.
+        """
+        budget = self.target.n_ctx - max(1, min(max_tokens, self.target.n_ctx // 4))
+        return build_fim_prompt(
+            lambda s: self.target.tokenize(s, add_special=False, parse_special=False),
+            self.fim,
+            prefix,
+            suffix,
+            extra=extra,
+            prompt=prompt,
+            bos=self._bos,
+            budget=budget,
+        )
+
+    def chat_prompt(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
+        """The model's chat template (ChatML without one) applied to messages, tokenized."""
+        text = render_chat(
+            self.chat_template or CHATML,
+            messages,
+            bos_token=self._bos_text,
+            eos_token=self._eos_text,
+        )
+        tokens = self.text_prompt(text)
+        if self._bos is not None and tokens[:2] == [self._bos, self._bos]:
+            tokens = tokens[1:]  # the template wrote BOS itself
+        return tokens
+
+    def check_prompt(self, tokens: Sequence[int]) -> None:
+        """Refuse an empty prompt, or one the context cannot hold with a token to spare."""
+        if not tokens:
+            raise InvalidParameterError("the prompt is empty")
+        if len(tokens) >= self.target.n_ctx:
+            raise ContextFullError(
+                f"the prompt has {len(tokens)} tokens; the context holds {self.target.n_ctx}"
+            )
+
+    # ------------------------------------------------------------------ generation
+
+    def run(
+        self, req: CompletionRequest, cancelled: Callable[[], bool] = lambda: False
+    ) -> Iterator[str | CompletionResult]:
+        """Stream the completion: text deltas (str), then one CompletionResult.
+
+        ``cancelled`` is polled after every engine event; once it returns True the
+        generation stops with stop reason "cancelled".
+        """
+        self.check_prompt(req.prompt)
+        max_tokens = min(req.max_tokens, self.target.n_ctx - len(req.prompt))
+        rules = req.code
+        code = None
+        if rules is not None:
+            code = CodeStop(
+                rules.suffix,
+                at_line_start=rules.at_line_start,
+                max_lines=rules.max_lines,
+                min_indent=rules.min_indent,
+            )
+        parts: list[str] = []
+        tokens: list[int] = []
+        stats = Stats(prompt_tokens=len(req.prompt))
+        stop: str | None = None  # our own stop, pending the end of the round
+        engine_stop = StopReason.MAX_TOKENS
+        gen = stream_generate(
+            self.target,
+            req.prompt,
+            drafter=self.drafter,
+            max_tokens=max_tokens,
+            sampling=req.sampling,
+            gamma=self.gamma,
+            seed=req.seed,
+            stop=req.stop,
+        )
+        try:
+            for ev in gen:
+                if cancelled():
+                    stop = StopReason.CANCELLED.value
+                    break
+                if isinstance(ev, TokenEvent):
+                    if ev.kind is TokenKind.REJECTED or stop is not None:
+                        continue
+                    if ev.token in self.stop_tokens:
+                        stop = "fim_token"
+                        continue
+                    tokens.append(ev.token)
+                    piece = code.push(ev.text) if code is not None else ev.text
+                    if piece:
+                        parts.append(piece)
+                        yield piece
+                    if code is not None and code.stop_reason is not None:
+                        stop = code.stop_reason
+                elif isinstance(ev, RoundEvent):
+                    stats = ev.stats
+                    if stop is not None:  # the round's statistics are in: done
+                        break
+                elif isinstance(ev, DoneEvent):
+                    stats, engine_stop = ev.stats, ev.stop_reason
+        finally:
+            gen.close()  # on cancel or error: the caches keep committed tokens only
+        if code is not None:
+            tail = code.finish()
+            if tail:
+                parts.append(tail)
+                yield tail
+            if stop is None and code.stop_reason is not None:
+                stop = code.stop_reason
+        yield CompletionResult("".join(parts), tuple(tokens), stop or engine_stop.value, stats)
+
+
+def load_session(
+    target: str,
+    draft: str | None = AUTO,
+    *,
+    gamma: int | str = DEFAULT_GAMMA,
+    n_ctx: int | None = None,
+    n_threads: int | None = None,
+    gpu_layers: int = 0,
+    draft_gpu_layers: int = 0,
+    name: str | None = None,
+) -> CompletionSession:
+    """Load a target and drafter into a session.
+
+    ``draft`` is none, ngram, a model, or auto: the n-gram drafter (free, and at
+    its best on code, which repeats itself) with the engine's adaptive gamma.
+    With gamma "auto" the target's cost curve is measured now if it is not
+    cached yet, rather than during the first request.
+    """
+    if draft is not None and draft.lower() == AUTO:
+        draft, gamma = "ngram", AUTO
+    if isinstance(gamma, int) and gamma < 0:
+        raise InvalidParameterError(f"gamma must be >= 0 or auto, got {gamma}")
+    model, drafter = load_pair(
+        target,
+        draft,
+        n_ctx=n_ctx,
+        n_threads=n_threads,
+        gpu_layers=gpu_layers,
+        draft_gpu_layers=draft_gpu_layers,
+    )
+    if drafter is not None and gamma == AUTO:
+        make_policy(model, drafter)  # measures and caches the cost curve once
+    is_path = target.endswith(".gguf") or "/" in target
+    default_name = model.path.stem if is_path else target
+    return CompletionSession(model, drafter, gamma=gamma, name=name or default_name)

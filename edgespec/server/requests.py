@@ -1,0 +1,303 @@
+"""Request bodies, checked field by field into plain dataclasses (or a 400 ApiError).
+
+Unknown fields are ignored, as OpenAI-compatible servers do; every field this
+server uses is type- and range-checked, and strings must be valid Unicode.
+Defaults: temperature 0 (greedy, the engine's default; code completion wants the
+most likely text), max_tokens 256, n_predict -1 (up to the context).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..engine import DEFAULT_MAX_TOKENS
+from ..fim import ExtraChunk
+from ..sampling import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingParams
+from .errors import ApiError, bad_request
+
+MAX_STOP_STRINGS = 16
+UNLIMITED = 1 << 30  # max_tokens meaning "up to the context"; the session caps it
+
+
+def parse_json(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or a 400 error."""
+
+    def no_constants(name: str) -> None:
+        raise ValueError(f"{name} is not valid JSON")
+
+    try:
+        data = json.loads(raw, parse_constant=no_constants)
+    except (ValueError, RecursionError) as e:
+        raise bad_request(f"the request body is not valid JSON: {e}", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise bad_request("the request body must be a JSON object", code="invalid_json")
+    return data
+
+
+class Fields:
+    """Typed, range-checked access to a JSON object's fields (null counts as absent)."""
+
+    def __init__(self, data: Mapping[str, Any], prefix: str = "") -> None:
+        self.data = data
+        self.prefix = prefix
+
+    def _bad(self, name: str, what: str) -> ApiError:
+        return bad_request(
+            f"'{self.prefix}{name}' {what}", param=self.prefix + name, code="invalid_value"
+        )
+
+    def raw(self, name: str) -> Any:
+        """The value as sent (None when absent or null)."""
+        return self.data.get(name)
+
+    def integer(self, name: str, default: int | None, *, minimum: int | None = None) -> int | None:
+        """An integer field (booleans and floats refused)."""
+        v = self.data.get(name)
+        if v is None:
+            return default
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise self._bad(name, "must be an integer")
+        if minimum is not None and v < minimum:
+            raise self._bad(name, f"must be >= {minimum}, got {v}")
+        return v
+
+    def number(
+        self,
+        name: str,
+        default: float,
+        *,
+        minimum: float | None = None,
+        maximum: float | None = None,
+        open_min: bool = False,
+        open_max: bool = False,
+    ) -> float:
+        """A finite number in the given range."""
+        v = self.data.get(name)
+        if v is None:
+            return default
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise self._bad(name, "must be a number")
+        try:
+            v = float(v)
+        except OverflowError:
+            raise self._bad(name, "is out of range") from None
+        if not math.isfinite(v):
+            raise self._bad(name, "must be finite")
+        low = minimum is not None and (v <= minimum if open_min else v < minimum)
+        high = maximum is not None and (v >= maximum if open_max else v > maximum)
+        if low or high:
+            lo = "(" if open_min else "["
+            hi = ")" if open_max else "]"
+            raise self._bad(name, f"must be in {lo}{minimum}, {maximum}{hi}, got {v}")
+        return v
+
+    def boolean(self, name: str, default: bool) -> bool:
+        """A true/false field."""
+        v = self.data.get(name)
+        if v is None:
+            return default
+        if not isinstance(v, bool):
+            raise self._bad(name, "must be a boolean")
+        return v
+
+    def string(self, name: str, default: str | None) -> str | None:
+        """A string field."""
+        v = self.data.get(name)
+        if v is None:
+            return default
+        return self.text(v, name)
+
+    def text(self, v: Any, name: str) -> str:
+        """``v`` checked to be a string of valid Unicode (no lone surrogates)."""
+        if not isinstance(v, str):
+            raise self._bad(name, "must be a string")
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            raise self._bad(name, "is not valid Unicode") from None
+        return v
+
+    def stop(self) -> tuple[str, ...]:
+        """``stop``: a string or a list of strings."""
+        v = self.data.get("stop")
+        if v is None:
+            return ()
+        items = [v] if isinstance(v, str) else v
+        if not isinstance(items, list) or len(items) > MAX_STOP_STRINGS:
+            raise self._bad("stop", f"must be a string or a list of at most {MAX_STOP_STRINGS}")
+        return tuple(s for s in (self.text(s, "stop") for s in items) if s)
+
+
+@dataclass(frozen=True)
+class Options:
+    """What every generation endpoint takes."""
+
+    model: str | None
+    max_tokens: int
+    sampling: SamplingParams
+    seed: int | None
+    stop: tuple[str, ...]
+    stream: bool
+    include_usage: bool
+
+
+@dataclass(frozen=True)
+class CompletionsCall:
+    """POST /v1/completions."""
+
+    opts: Options
+    prompt: str | list[int]
+    suffix: str | None
+    max_lines: int | None
+
+
+@dataclass(frozen=True)
+class ChatCall:
+    """POST /v1/chat/completions."""
+
+    opts: Options
+    messages: list[dict[str, str]]
+
+
+@dataclass(frozen=True)
+class InfillCall:
+    """POST /infill (llama.cpp server's fields)."""
+
+    opts: Options
+    prefix: str
+    suffix: str
+    extra: tuple[ExtraChunk, ...]
+    prompt: str
+    max_lines: int | None
+    min_indent: int | None
+
+
+def _options(f: Fields, max_tokens: int) -> Options:
+    seed = f.integer("seed", None)
+    stream_options = f.raw("stream_options")
+    include_usage = False
+    if stream_options is not None:
+        if not isinstance(stream_options, dict):
+            raise bad_request("'stream_options' must be an object", param="stream_options")
+        include_usage = Fields(stream_options, "stream_options.").boolean("include_usage", False)
+    n = f.integer("n", 1, minimum=1)
+    if n != 1:
+        raise bad_request("only n = 1 is supported", param="n", code="unsupported_value")
+    model = f.string("model", None)
+    sampling = SamplingParams(
+        temperature=f.number("temperature", 0.0, minimum=0.0),
+        top_k=f.integer("top_k", DEFAULT_TOP_K, minimum=0) or 0,
+        top_p=f.number("top_p", DEFAULT_TOP_P, minimum=0.0, maximum=1.0, open_min=True),
+        min_p=f.number("min_p", DEFAULT_MIN_P, minimum=0.0, maximum=1.0, open_max=True),
+    )
+    return Options(
+        model=model,
+        max_tokens=max_tokens,
+        sampling=sampling,
+        seed=seed if seed is not None and seed >= 0 else None,  # llama.cpp: -1 = random
+        stop=f.stop(),
+        stream=f.boolean("stream", False),
+        include_usage=include_usage,
+    )
+
+
+def _max_lines(f: Fields, default: int | None) -> int | None:
+    v = f.integer("max_lines", default, minimum=0)
+    return v or None  # 0: no limit
+
+
+def parse_completions(data: dict[str, Any], default_max_lines: int | None) -> CompletionsCall:
+    """Check a /v1/completions body."""
+    f = Fields(data)
+    max_tokens = f.integer("max_tokens", DEFAULT_MAX_TOKENS, minimum=0)
+    assert max_tokens is not None
+    if f.boolean("echo", False):
+        raise bad_request("echo is not supported", param="echo", code="unsupported_value")
+    prompt = data.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+        prompt = prompt[0]  # a batch of one
+    if isinstance(prompt, list):
+        if not prompt or not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            raise bad_request(
+                "'prompt' must be a string or a list of token ids (one prompt per request)",
+                param="prompt",
+            )
+    elif prompt is None:
+        raise bad_request("'prompt' is required", param="prompt", code="missing_required")
+    else:
+        prompt = f.text(prompt, "prompt")
+    suffix = f.string("suffix", None)
+    return CompletionsCall(
+        _options(f, max_tokens), prompt, suffix, _max_lines(f, default_max_lines)
+    )
+
+
+def parse_chat(data: dict[str, Any]) -> ChatCall:
+    """Check a /v1/chat/completions body."""
+    f = Fields(data)
+    max_tokens = f.integer("max_completion_tokens", None, minimum=0)
+    if max_tokens is None:
+        max_tokens = f.integer("max_tokens", DEFAULT_MAX_TOKENS, minimum=0)
+    assert max_tokens is not None
+    messages = data.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise bad_request("'messages' must be a non-empty list", param="messages")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise bad_request(f"'messages[{i}]' must be an object", param=f"messages[{i}]")
+        mf = Fields(m, f"messages[{i}].")
+        role = mf.string("role", None)
+        if not role:
+            raise mf._bad("role", "is required")
+        out.append({"role": role, "content": _content(mf, m.get("content"))})
+    return ChatCall(_options(f, max_tokens), out)
+
+
+def _content(mf: Fields, content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return mf.text(content, "content")
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text":
+                raise mf._bad("content", "parts must be {'type': 'text', 'text': ...}")
+            texts.append(mf.text(part.get("text"), "content.text"))
+        return "".join(texts)
+    raise mf._bad("content", "must be a string or a list of text parts")
+
+
+def parse_infill(data: dict[str, Any], default_max_lines: int | None) -> InfillCall:
+    """Check a /infill body (llama.cpp server's fields)."""
+    f = Fields(data)
+    n_predict = f.integer("n_predict", None, minimum=-1)
+    if n_predict is None:
+        n_predict = f.integer("max_tokens", -1, minimum=-1)
+    extra = data.get("input_extra")
+    chunks = []
+    if extra is not None:
+        if not isinstance(extra, list):
+            raise bad_request("'input_extra' must be a list", param="input_extra")
+        for i, c in enumerate(extra):
+            if not isinstance(c, dict):
+                raise bad_request(f"'input_extra[{i}]' must be an object", param="input_extra")
+            cf = Fields(c, f"input_extra[{i}].")
+            chunks.append(
+                ExtraChunk(cf.string("text", "") or "", cf.string("filename", "tmp") or "tmp")
+            )
+    n_indent = f.integer("n_indent", 0, minimum=0)
+    return InfillCall(
+        opts=_options(f, UNLIMITED if n_predict == -1 else n_predict or 0),
+        prefix=f.string("input_prefix", "") or "",
+        suffix=f.string("input_suffix", "") or "",
+        extra=tuple(chunks),
+        prompt=f.string("prompt", "") or "",
+        max_lines=_max_lines(f, default_max_lines),
+        min_indent=n_indent or None,
+    )
