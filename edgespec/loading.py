@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from .backend import DEFAULT_CTX, LlamaModel
-from .compat import check_compatible
-from .drafters import Drafter, ModelDrafter
-from .errors import IncompatibleModelsError, ModelLoadError
+from .compat import incompatibility
+from .crossvocab import CrossVocabDrafter
+from .drafters import CompositeDrafter, Drafter, ModelDrafter
+from .errors import ModelLoadError
 from .ngram import NgramDrafter
 
 NO_DRAFT = ("none", "")
@@ -26,16 +27,30 @@ def resolve_model(spec: str) -> Path:
     from .catalog import load_catalog
     from .fetch import console, ensure_catalog_model
 
+    path = _local_path(spec)
+    if path is not None:
+        return _checked(path)
+    catalog = load_catalog()
+    say, bar = console()
+    return _checked(ensure_catalog_model(spec, catalog=catalog, say=say, bar=bar))
+
+
+def _local_path(spec: str) -> Path | None:
+    """The file ``spec`` names, or None for a catalog model name (checked to exist).
+
+    Raises ModelLoadError for a missing file or an unknown name, without fetching.
+    """
+    from .catalog import load_catalog
+
     path = Path(spec).expanduser()
-    if path.suffix == ".gguf" or path.exists() or "/" in spec:
+    if _is_path(spec):
         if not path.exists():
             raise ModelLoadError(f"model file not found: {spec}")
-        return _checked(path)
+        return path
     catalog = load_catalog()
     if catalog.get(spec) is None:
         raise ModelLoadError(catalog.unknown_message(spec, "no model file or catalog model named"))
-    say, bar = console()
-    return _checked(ensure_catalog_model(spec, catalog=catalog, say=say, bar=bar))
+    return None
 
 
 def _checked(path: Path) -> Path:
@@ -55,31 +70,33 @@ def _checked(path: Path) -> Path:
     return path
 
 
-def _pairs_hint(target_spec: str) -> str:
-    """What can draft for ``target_spec``, from the catalog, as a clause."""
-    from .catalog import load_catalog
-
-    catalog = load_catalog()
-    if catalog.get(target_spec) is not None:
-        drafts = catalog.drafts_for(target_spec)
-        if drafts:
-            return f"catalog drafts for {target_spec}: {', '.join(drafts)}"
-    pairs = ", ".join(f"{p.target} + {p.draft}" for p in catalog.pairs.values())
-    return f"compatible pairs: {pairs} (see edgespec models --pairs)"
+def model_drafter(target: LlamaModel, draft: LlamaModel, spec: str | None = None) -> Drafter:
+    """A ModelDrafter when ``draft`` shares ``target``'s vocabulary (llama.cpp's rule),
+    else a CrossVocabDrafter, named after ``spec`` when that is a catalog name."""
+    if incompatibility(target, draft) is None:
+        return ModelDrafter(draft)
+    shown = spec if spec and not _is_path(spec) else draft.path.name
+    return CrossVocabDrafter(target, draft, name=f"{shown} (cross-vocab)")
 
 
-def _catalog_incompatibility(target_spec: str, draft_spec: str) -> None:
-    """Refuse two catalog models that cannot pair, before fetching either."""
-    from .catalog import load_catalog
+def _is_path(spec: str) -> bool:
+    """True when ``spec`` names a file rather than a catalog model."""
+    path = Path(spec).expanduser()
+    return path.suffix == ".gguf" or path.exists() or "/" in spec
 
-    catalog = load_catalog()
-    if catalog.get(target_spec) is None or catalog.get(draft_spec) is None:
-        return
-    why = catalog.incompatibility(target_spec, draft_spec)
-    if why is not None:
-        raise IncompatibleModelsError(
-            f"{draft_spec} cannot draft for {target_spec}: {why}; {_pairs_hint(target_spec)}"
-        )
+
+def _draft_parts(draft_spec: str | None) -> tuple[bool, str | None]:
+    """(n-gram drafting?, draft model spec or None) from --draft: none, ngram, MODEL or
+    ngram+MODEL."""
+    spec = (draft_spec or "").strip()
+    lowered = spec.lower()
+    if lowered in NO_DRAFT:
+        return False, None
+    if lowered == NGRAM:
+        return True, None
+    if lowered.startswith(NGRAM + "+"):
+        return True, spec[len(NGRAM) + 1 :].strip()
+    return False, spec
 
 
 def load_pair(
@@ -91,24 +108,26 @@ def load_pair(
     gpu_layers: int = 0,
     draft_gpu_layers: int = 0,
 ) -> tuple[LlamaModel, Drafter | None]:
-    """Load the target and a drafter: none, ``ngram`` (prompt lookup), or a compatible model."""
+    """Load the target and a drafter from --draft: none, ``ngram`` (prompt lookup), a
+    model (same vocabulary: ModelDrafter; another one: CrossVocabDrafter), or
+    ``ngram+MODEL`` (n-gram first, the model when the n-gram finds nothing).
+
+    A draft file or catalog name that does not exist is refused before the target
+    is fetched or loaded.
+    """
     n_ctx = n_ctx or DEFAULT_CTX
     if n_ctx < 16:
         raise ModelLoadError(f"context of {n_ctx} tokens is too small")
-    if draft_spec is not None and draft_spec.lower() not in (*NO_DRAFT, NGRAM):
-        _catalog_incompatibility(target_spec, draft_spec)
+    ngram, model_spec = _draft_parts(draft_spec)
+    if model_spec is not None:
+        _local_path(model_spec)
     target = LlamaModel(
         resolve_model(target_spec), n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=gpu_layers
     )
-    if draft_spec is None or draft_spec.lower() in NO_DRAFT:
-        return target, None
-    if draft_spec.lower() == NGRAM:
-        return target, NgramDrafter()
+    if model_spec is None:
+        return target, NgramDrafter() if ngram else None
     draft = LlamaModel(
-        resolve_model(draft_spec), n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=draft_gpu_layers
+        resolve_model(model_spec), n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=draft_gpu_layers
     )
-    try:
-        check_compatible(target, draft)
-    except IncompatibleModelsError as exc:
-        raise IncompatibleModelsError(f"{exc}; {_pairs_hint(target_spec)}") from None
-    return target, ModelDrafter(draft)
+    drafter = model_drafter(target, draft, model_spec)
+    return target, CompositeDrafter(NgramDrafter(), drafter) if ngram else drafter

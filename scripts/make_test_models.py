@@ -17,6 +17,11 @@ Files written (name -> what it is for):
 * ``draft_unrelated`` -- independent weights, same vocabulary (low agreement).
 * ``draft_badvocab``  -- like ``draft_unrelated`` with one token text changed.
 * ``draft_bigvocab``  -- the target plus extra tokens appended (vocab too big).
+* ``draft_permuted``  -- the target's pieces and weights under shuffled token ids:
+  another vocabulary, the same model on text (cross-vocabulary drafting).
+* ``draft_splitvocab`` -- the target without its pieces longer than
+  ``SPLIT_MAX_CHARS`` (words split differently, other ids), target weights for
+  the rest: another vocabulary that agrees with the target part of the time.
 * ``target_fim``      -- the target plus fill-in-the-middle and ChatML control
   tokens (``FIM_TOKENS``, never generated: zero output rows), their GGUF FIM ids
   and a ChatML chat template: a code-completion/chat server target.
@@ -47,6 +52,7 @@ TARGET_SEED = 1234
 UNRELATED_SEED = 5678
 NOISE_SEED = 4321
 EXTRA_SEED = 8765
+PERMUTE_SEED = 2468
 
 #: Gain of the final RMSNorm: sets how peaked next-token distributions are.
 OUTPUT_NORM_GAIN = 1.0
@@ -64,6 +70,8 @@ BADVOCAB_FROM = "\u2581the"
 BADVOCAB_TO = "\u2581thx"
 #: ``draft_bigvocab`` appends this many tokens (more than llama.cpp's 128).
 BIGVOCAB_EXTRA = 160
+#: ``draft_splitvocab`` keeps the normal pieces of at most this many characters.
+SPLIT_MAX_CHARS = 3
 #: ``target_fim`` appends these control tokens; the GGUF key each one fills.
 FIM_TOKENS = {
     "<|fim_prefix|>": "tokenizer.ggml.fim_pre_token_id",
@@ -234,6 +242,35 @@ def grow_vocab(weights: Weights, n_extra: int, seed: int) -> Weights:
     return out
 
 
+def cross_vocab_models(vocab: Vocab, weights: Weights) -> dict[str, tuple[Vocab, Weights]]:
+    """``draft_permuted`` and ``draft_splitvocab``: other vocabularies over ``weights``.
+
+    Token ids keep <unk>, <s>, </s> at 0..2. A model keeps each piece's
+    embedding and output rows under its new id, so the permuted model computes
+    the same thing as the target on any text.
+    """
+
+    def select(order: list[int]) -> tuple[Vocab, Weights]:
+        new_vocab = Vocab(
+            [vocab.tokens[i] for i in order],
+            [vocab.scores[i] for i in order],
+            [vocab.types[i] for i in order],
+        )
+        new_weights = dict(weights)
+        for name in ("token_embd.weight", "output.weight"):
+            new_weights[name] = np.ascontiguousarray(weights[name][order])
+        return new_vocab, new_weights
+
+    rng = np.random.default_rng(PERMUTE_SEED)
+    shuffled = [0, 1, 2, *(3 + rng.permutation(len(vocab.tokens) - 3)).tolist()]
+    short = [
+        i
+        for i, (text, kind) in enumerate(zip(vocab.tokens, vocab.types, strict=True))
+        if kind != gguf.TokenType.NORMAL or len(text) <= SPLIT_MAX_CHARS
+    ]
+    return {"draft_permuted": select(shuffled), "draft_splitvocab": select(short)}
+
+
 # ---------------------------------------------------------------- writing
 
 
@@ -296,6 +333,7 @@ def build_test_models(out_dir: pathlib.Path) -> dict[str, pathlib.Path]:
         "draft_unrelated": (vocab, unrelated),
         "draft_badvocab": (_badvocab(vocab), unrelated),
         "draft_bigvocab": (_bigvocab(vocab), grow_vocab(target, BIGVOCAB_EXTRA, EXTRA_SEED)),
+        **cross_vocab_models(vocab, target),
         "target_fim": (_fimvocab(vocab), grow_vocab(target, len(FIM_TOKENS), EXTRA_SEED)),
     }
     paths: dict[str, pathlib.Path] = {}

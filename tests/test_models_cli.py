@@ -193,23 +193,33 @@ def test_corrupt_cached_file_offline_is_a_clear_error(env: Any, tmp_path: Path) 
     ]
 
 
-def test_incompatible_catalog_pair_is_refused_before_fetching(env: Any) -> None:
+def test_unknown_draft_is_refused_before_fetching(env: Any) -> None:
     vars_, hub, _ = env
+    for draft in ("tiny-drafty", "ngram+tiny-drafty"):
+        line = one_error_line(cli(vars_, "generate", "--target", "tiny-target", "--draft", draft))
+        assert "no model file or catalog model named 'tiny-drafty'" in line
+        assert "did you mean 'tiny-draft'" in line
     line = one_error_line(
-        cli(vars_, "generate", "--target", "tiny-target", "--draft", "tiny-foreign")
+        cli(vars_, "generate", "--target", "tiny-target", "--draft", "ngram+nope.gguf")
     )
-    assert "tiny-foreign cannot draft for tiny-target: different tokenizers" in line
-    assert "catalog drafts for tiny-target: tiny-draft, tiny-badvocab" in line
+    assert "model file not found: nope.gguf" in line
     assert hub.requests == []
 
 
-def test_incompatible_files_say_what_pairs_work(env: Any) -> None:
+def test_other_vocabularies_draft_through_text(env: Any) -> None:
+    """A catalog draft whose vocabulary fails llama.cpp's rule drafts across vocabularies."""
     vars_, _, _ = env
-    line = one_error_line(
-        cli(vars_, "generate", "--target", "tiny-target", "--draft", "tiny-badvocab")
-    )
-    assert "cannot draft for tiny-target.gguf: token" in line
-    assert "catalog drafts for tiny-target: tiny-draft" in line
+    args = ["generate", "--target", "tiny-target", "--json", "--prompt", "Hello world"]
+    args += ["--max-tokens", "12", "--gamma", "2", "--threads", "1"]
+    outs = {}
+    for draft in ("tiny-badvocab", "ngram+tiny-badvocab", "tiny-draft", "none"):
+        r = cli(vars_, *args, "--draft", draft)
+        assert r.returncode == 0, r.stderr
+        outs[draft] = json.loads(r.stdout)
+    assert outs["tiny-badvocab"]["draft"] == "tiny-badvocab (cross-vocab)"
+    assert outs["ngram+tiny-badvocab"]["draft"] == "ngram+tiny-badvocab (cross-vocab)"
+    assert outs["tiny-draft"]["draft"] == "tiny-draft.gguf"  # same vocabulary: shares ids
+    assert len({tuple(o["tokens"]) for o in outs.values()}) == 1  # greedy: the target's own
 
 
 def test_model_without_vocabulary_is_refused(env: Any, tmp_path: Path) -> None:
