@@ -12,16 +12,20 @@ import hashlib
 import json
 import os
 import platform
-import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+import numpy as np
 
 from .backend import FAST_KERNELS, LlamaModel
 
 MAX_VERIFY = 17  # rows of a verify batch: the pending token and up to 16 draft tokens
 CALIBRATION_DEPTH = 64  # context depth the curve is measured at
-CALIBRATION_REPS = 5
+CALIBRATION_REPS = 4
+# batch sizes timed; the others are interpolated (the curve is smooth past k = 4)
+CALIBRATION_SIZES = (1, 2, 3, 4, 6, 8, 12, 17)
+NOISY_SPREAD = 1.25  # median / fastest repetition above this: something else was running
 _FILLER = "The quick brown fox jumps over the lazy dog near the river bank. " * 12
 
 
@@ -32,6 +36,7 @@ class CostCurve:
     model: str
     key: str
     seconds: tuple[float, ...]  # seconds[k - 1] for a batch of k tokens
+    noisy: bool = False  # repetitions disagreed: the machine was busy; not cached
 
     def cost(self, k: int) -> float:
         """Seconds for a batch of k tokens (linear extrapolation past the measured range)."""
@@ -81,18 +86,26 @@ def measure_curve(
         tokens += tokens
     model.reset()
     model.decode(tokens[:CALIBRATION_DEPTH], logits="none")
-    samples: dict[int, list[float]] = {k: [] for k in range(1, max_k + 1)}
+    sizes = sorted({k for k in CALIBRATION_SIZES if k < max_k} | {max_k})
+    samples: dict[int, list[float]] = {k: [] for k in sizes}
     for _ in range(reps):
-        for k in range(1, max_k + 1):  # interleaved, so drift in machine load hits every k
+        for k in sizes:  # interleaved, so drift in machine load hits every k alike
             model.truncate(CALIBRATION_DEPTH)
             t0 = time.perf_counter()
             model.decode(tokens[CALIBRATION_DEPTH : CALIBRATION_DEPTH + k], logits="all")
             samples[k].append(time.perf_counter() - t0)
     model.reset()
-    secs = tuple(statistics.median(samples[k]) for k in range(1, max_k + 1))
+    best = {k: min(v) for k, v in samples.items()}
+    spread = max(sorted(v)[len(v) // 2] / min(v) for v in samples.values())
+    secs = tuple(float(np.interp(k, sizes, [best[s] for s in sizes])) for k in range(1, max_k + 1))
     # a longer batch never costs less: smooth away timing noise that says otherwise
     mono = tuple(max(secs[: i + 1]) for i in range(len(secs)))
-    return CostCurve(model=model.path.name, key=machine_key(model, max_k), seconds=mono)
+    return CostCurve(
+        model=model.path.name,
+        key=machine_key(model, max_k),
+        seconds=mono,
+        noisy=spread > NOISY_SPREAD,
+    )
 
 
 def calibration_file() -> Path:
@@ -116,8 +129,9 @@ def load_or_measure(
         entry = cache[key]
         return CostCurve(model=entry["model"], key=key, seconds=tuple(entry["seconds"]))
     curve = measure_curve(model, max_k=max_k)
-    cache[key] = asdict(curve)
-    _write_cache(path, cache)
+    if not curve.noisy:  # a busy machine's curve is used for this run only
+        cache[key] = asdict(curve)
+        _write_cache(path, cache)
     return curve
 
 

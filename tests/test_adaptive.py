@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from edgespec import costs
 from edgespec.adaptive import FIRST_PROBE_AFTER, AdaptiveGamma
 from edgespec.backend import LlamaModel
 from edgespec.costs import CostCurve, load_or_measure
@@ -80,6 +81,7 @@ def test_cost_scale_tracks_measured_verify_times() -> None:
 
 def test_calibration_is_cached(synthetic_models, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("EDGESPEC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(costs, "NOISY_SPREAD", float("inf"))  # however busy the machine
     with LlamaModel(synthetic_models["target"], n_ctx=256, n_threads=1) as m:
         curve = load_or_measure(m, max_k=5)
         assert len(curve.seconds) == 5
@@ -91,6 +93,15 @@ def test_calibration_is_cached(synthetic_models, tmp_path, monkeypatch) -> None:
         assert load_or_measure(m, max_k=5).seconds == (1, 2, 3, 4, 5)
         (tmp_path / "calibration.json").write_text("{not json")
         assert len(load_or_measure(m, max_k=5).seconds) == 5  # corrupt cache: measured again
+
+
+def test_a_noisy_calibration_is_not_cached(synthetic_models, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("EDGESPEC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(costs, "NOISY_SPREAD", 0.0)  # every repetition counts as disturbed
+    with LlamaModel(synthetic_models["target"], n_ctx=256, n_threads=1) as m:
+        curve = load_or_measure(m, max_k=3)
+    assert curve.noisy
+    assert not (tmp_path / "calibration.json").exists()
 
 
 @pytest.mark.parametrize("draft", ["draft_same", "draft_unrelated", "ngram"])

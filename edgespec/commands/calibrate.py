@@ -45,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'k':>3} {'ms':>8} {'x one token':>12}")
     for k, (sec, ratio) in enumerate(zip(t.seconds, t.ratios(), strict=True), start=1):
         print(f"{k:>3} {sec * 1000:>8.2f} {ratio:>12.2f}")
+    if any(c.noisy for c in curves.values()):
+        print("note: timings varied between repetitions (a busy machine?); not cached")
     if "draft" in curves:
         d = curves["draft"]
         print(
