@@ -98,6 +98,8 @@ class Handler(BaseHTTPRequestHandler):
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """http.server's own errors (bad request line, headers too long) as JSON too."""
         self.close_connection = True
+        if self.request_version == "HTTP/0.9":  # an unparsable request line: answer in 1.0
+            self.request_version = "HTTP/1.0"
         self._send_json(code, ApiError(code, message or explain or "bad request").body())
 
     def _dispatch(self) -> None:
@@ -134,9 +136,13 @@ class Handler(BaseHTTPRequestHandler):
                 self._send_json(err.status, err.body())
 
     def _read_body(self) -> None:
+        limit = self.server.max_body
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            self._raw = self._read_chunked(limit)
+            return
         if self.headers.get("Transfer-Encoding"):
             self.close_connection = True
-            raise ApiError(411, "send the body with a Content-Length", code="length_required")
+            raise ApiError(501, "only chunked transfer encoding is supported", code="not_supported")
         length = self.headers.get("Content-Length")
         if length is None:
             if self.command == "POST":
@@ -149,16 +155,53 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             self.close_connection = True
             raise bad_request("bad Content-Length") from None
-        if n > self.server.max_body:
-            self.close_connection = True  # the body stays unread
-            raise ApiError(
-                413,
-                f"the body is {n} bytes; the limit is {self.server.max_body}",
-                code="request_too_large",
-            )
+        if n > limit:
+            self._discard(n)
+            raise _too_large(n, limit)
         self._raw = self.rfile.read(n)
         if len(self._raw) < n:
             raise ConnectionError("the client sent less than its Content-Length")
+
+    def _read_chunked(self, limit: int) -> bytes:
+        """A chunked body (RFC 9112 7.1), refused past ``limit`` bytes."""
+        out = bytearray()
+        total = 0
+        while True:
+            line = self.rfile.readline(1024)
+            try:
+                size = int(line.split(b";")[0].strip(), 16)
+                if size < 0:
+                    raise ValueError
+            except ValueError:
+                self.close_connection = True
+                raise bad_request("bad chunked encoding") from None
+            if size == 0:
+                while self.rfile.readline(1024).strip():  # trailer fields
+                    pass
+                if total > limit:
+                    raise _too_large(total, limit)
+                return bytes(out)
+            total += size
+            if total > max(4 * limit, 16 << 20):  # too much to read just to refuse: close
+                self.close_connection = True
+                raise _too_large(total, limit)
+            data = self.rfile.read(size)
+            if len(data) < size:
+                raise ConnectionError("the client closed mid-body")
+            if total <= limit:
+                out += data
+            self.rfile.readline(1024)  # the CRLF after the chunk
+
+    def _discard(self, n: int) -> None:
+        """Read and drop a refused body, so the client sees the answer (very large: close)."""
+        if n > max(4 * self.server.max_body, 16 << 20):
+            self.close_connection = True
+            return
+        while n > 0:
+            got = self.rfile.read(min(n, 1 << 16))
+            if not got:
+                raise ConnectionError("the client closed mid-body")
+            n -= len(got)
 
     def _check_auth(self) -> None:
         key = self.server.api_key
@@ -407,6 +450,11 @@ ROUTES: dict[str, dict[str, Callable[[Handler], None]]] = {
     "/chat/completions": {"POST": Handler._chat},
     "/infill": {"POST": Handler._infill},
 }
+
+
+def _too_large(n: int, limit: int) -> ApiError:
+    return ApiError(413, f"the body is {n} bytes or more; the limit is {limit}",
+                    code="request_too_large")  # fmt: skip
 
 
 def serve(server: EdgespecServer) -> None:

@@ -1,0 +1,85 @@
+"""CompletionSession.run: FIM end tokens, code stop rules, cancelling (scripted engine events)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+import edgespec.completion as completion
+from edgespec.completion import CodeRules, CompletionRequest, CompletionResult, CompletionSession
+from edgespec.events import DoneEvent, RoundEvent, Stats, StopReason, TokenEvent, TokenKind
+
+
+def scripted(rounds: list[list[tuple[int, str]]], log: list[str]):
+    """A stream_generate stand-in yielding the given rounds of (token, text)."""
+
+    def fake(target, prompt, **kwargs) -> Iterator:
+        out = []
+        try:
+            for r, toks in enumerate(rounds, 1):
+                for tok, text in toks:
+                    out.append(tok)
+                    yield TokenEvent(TokenKind.ACCEPTED, tok, text, r)
+                yield RoundEvent(r, len(toks), len(toks), Stats(generated=len(out), rounds=r))
+            yield DoneEvent("", tuple(out), StopReason.MAX_TOKENS, Stats(generated=len(out)))
+        finally:
+            log.append("closed")
+
+    return fake
+
+
+def run(session: CompletionSession, rounds, code=None, cancel_after=None):
+    log: list[str] = []
+    pieces: list[str] = []
+    result = None
+    n = 0
+
+    def cancelled() -> bool:
+        return cancel_after is not None and n >= cancel_after
+
+    req = CompletionRequest([1, 2, 3], 100, code=code)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(completion, "stream_generate", scripted(rounds, log))
+    try:
+        for item in session.run(req, cancelled):
+            n += 1
+            if isinstance(item, CompletionResult):
+                result = item
+            else:
+                pieces.append(item)
+    finally:
+        mp.undo()
+    assert result is not None and log == ["closed"]
+    assert "".join(pieces) == result.text
+    return result
+
+
+def test_a_fim_token_ends_the_completion_after_its_round(fim_session: CompletionSession) -> None:
+    pad = fim_session.fim.pad
+    r = run(fim_session, [[(10, "a"), (11, "b")], [(12, "c"), (pad, ""), (13, "d")], [(14, "e")]])
+    assert (r.text, r.tokens, r.stop) == ("abc", (10, 11, 12), "fim_token")
+    assert r.stats.rounds == 2  # the statistics of the round that held the stop
+
+
+def test_code_rules_stop_and_hold_back(fim_session: CompletionSession) -> None:
+    rules = CodeRules(suffix="\n\nreturn total\n", at_line_start=False, max_lines=None)
+    rounds = [[(10, "x"), (11, " = 1\n")], [(12, "\nreturn"), (13, " total\n"), (14, "more")]]
+    r = run(fim_session, rounds, code=rules)
+    assert (r.text, r.stop, r.finish_reason) == ("x = 1", "suffix", "stop")
+
+
+def test_max_lines(fim_session: CompletionSession) -> None:
+    rules = CodeRules(max_lines=2)
+    r = run(fim_session, [[(10, "a\n"), (11, "b\n"), (12, "c\n")]], code=rules)
+    assert (r.text, r.stop) == ("a\nb", "max_lines")
+
+
+def test_cancel_closes_the_engine(fim_session: CompletionSession) -> None:
+    r = run(fim_session, [[(10, "a"), (11, "b")], [(12, "c")]], cancel_after=1)
+    assert r.stop == "cancelled" and r.text == "a"
+
+
+def test_engine_stop_reason_passes_through(fim_session: CompletionSession) -> None:
+    r = run(fim_session, [[(10, "a")]])
+    assert (r.stop, r.finish_reason) == ("max_tokens", "length")

@@ -1,0 +1,99 @@
+"""Clients that go away, requests that arrive together, and the caches in between."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+import time
+
+from .conftest import Running
+
+BODY = {"input_prefix": "Hello the world of people", "input_suffix": "", "max_lines": 0}
+
+
+def wait_for(cond, timeout: float = 60.0) -> None:
+    """Poll cond() until it holds (a bounded wait, not a timing assertion)."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition never held"
+        time.sleep(0.02)
+
+
+def open_stream(running: Running, body: dict) -> tuple[http.client.HTTPConnection, object]:
+    host, port = running.base.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    conn.request("POST", "/infill", json.dumps(body), {"Content-Type": "application/json"})
+    return conn, conn.getresponse()
+
+
+def test_disconnect_mid_stream_cancels_and_leaves_consistent_caches(fim_server: Running) -> None:
+    _, before = fim_server.request("POST", "/infill", {**BODY, "n_predict": 30})
+    cancelled = fim_server.health()["cancelled"]
+    # a long stream, dropped after its first events
+    conn, resp = open_stream(fim_server, {**BODY, "n_predict": -1, "stream": True})
+    assert resp.status == 200
+    first = resp.fp.readline()
+    assert first  # the first chunk arrived
+    conn.sock.shutdown(socket.SHUT_RDWR)
+    conn.close()
+    wait_for(lambda: fim_server.health()["cancelled"] > cancelled)
+    # the same request again: same text, prompt from the cache
+    _, after = fim_server.request("POST", "/infill", {**BODY, "n_predict": 30})
+    assert after["content"] == before["content"]
+    assert after["tokens_cached"] == after["tokens_evaluated"] - 1
+
+
+def test_disconnect_while_waiting_for_a_whole_answer(fim_server: Running) -> None:
+    cancelled = fim_server.health()["cancelled"]
+    host, port = fim_server.base.removeprefix("http://").split(":")
+    body = json.dumps({**BODY, "n_predict": -1}).encode()
+    with socket.create_connection((host, int(port))) as s:
+        s.sendall(
+            b"POST /infill HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+    wait_for(
+        lambda: fim_server.health()["cancelled"] > cancelled or not fim_server.health()["busy"]
+    )
+    _, again = fim_server.request("POST", "/infill", {**BODY, "n_predict": 5})
+    assert again["tokens_predicted"] <= 5 and again["tokens_cached"] > 0
+
+
+def test_concurrent_requests_are_served_one_at_a_time_with_the_same_results(
+    fim_server: Running,
+) -> None:
+    prompts = [f"Hello the world {i}" for i in range(4)]
+    serial = {
+        p: fim_server.request("POST", "/v1/completions", {"prompt": p, "max_tokens": 25})[1]
+        for p in prompts
+    }
+    results: dict[str, dict] = {}
+
+    def one(p: str) -> None:
+        results[p] = fim_server.request("POST", "/v1/completions", {"prompt": p, "max_tokens": 25})[
+            1
+        ]
+
+    threads = [threading.Thread(target=one, args=(p,)) for p in prompts * 2]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for p in prompts:
+        assert results[p]["choices"][0]["text"] == serial[p]["choices"][0]["text"]
+    assert fim_server.health()["failed"] == 0
+
+
+def test_keep_alive_connection_serves_several_requests(fim_server: Running) -> None:
+    host, port = fim_server.base.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    for n in (1, 2, 3):
+        conn.request("POST", "/v1/completions", json.dumps({"prompt": "Hi", "max_tokens": n}))
+        resp = conn.getresponse()
+        assert resp.status == 200
+        assert json.loads(resp.read())["usage"]["completion_tokens"] == n
+    conn.request("GET", "/health")
+    assert conn.getresponse().status == 200
+    conn.close()
