@@ -1,0 +1,159 @@
+"""HTTP plumbing for a JSON API: bodies (with a size limit), JSON answers, server-sent events.
+
+``JsonHandler`` extends http.server's handler: a body is read from its
+Content-Length or chunked encoding and refused past the server's ``max_body``
+(read and dropped first, so the client sees the 413, unless it is huge); every
+error, including http.server's own (a garbled request line, headers too long),
+is JSON in OpenAI's shape; a stream is sent with chunked transfer encoding, or
+delimited by closing the connection for an HTTP/1.0 client.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+
+from .errors import ApiError, bad_request
+
+
+class JsonHandler(BaseHTTPRequestHandler):
+    """Bodies in, JSON and server-sent events out. The server must have ``max_body``."""
+
+    protocol_version = "HTTP/1.1"
+    _raw = b""
+    _streaming = False
+    _chunked = False
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own errors (bad request line, headers too long) as JSON too."""
+        self.close_connection = True
+        if self.request_version == "HTTP/0.9":  # an unparsable request line: answer in 1.0
+            self.request_version = "HTTP/1.0"
+        self._send_json(code, ApiError(code, message or explain or "bad request").body())
+
+    def _read_body(self) -> None:
+        limit = self.server.max_body
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            self._raw = self._read_chunked(limit)
+            return
+        if self.headers.get("Transfer-Encoding"):
+            self.close_connection = True
+            raise ApiError(501, "only chunked transfer encoding is supported", code="not_supported")
+        length = self.headers.get("Content-Length")
+        if length is None:
+            if self.command == "POST":
+                raise ApiError(411, "a Content-Length is required", code="length_required")
+            return
+        try:
+            n = int(length)
+            if n < 0:
+                raise ValueError
+        except ValueError:
+            self.close_connection = True
+            raise bad_request("bad Content-Length") from None
+        if n > limit:
+            self._discard(n)
+            raise _too_large(n, limit)
+        self._raw = self.rfile.read(n)
+        if len(self._raw) < n:
+            raise ConnectionError("the client sent less than its Content-Length")
+
+    def _read_chunked(self, limit: int) -> bytes:
+        """A chunked body (RFC 9112 7.1), refused past ``limit`` bytes."""
+        out = bytearray()
+        total = 0
+        while True:
+            line = self.rfile.readline(1024)
+            try:
+                size = int(line.split(b";")[0].strip(), 16)
+                if size < 0:
+                    raise ValueError
+            except ValueError:
+                self.close_connection = True
+                raise bad_request("bad chunked encoding") from None
+            if size == 0:
+                while self.rfile.readline(1024).strip():  # trailer fields
+                    pass
+                if total > limit:
+                    raise _too_large(total, limit)
+                return bytes(out)
+            total += size
+            if total > max(4 * limit, 16 << 20):  # too much to read just to refuse: close
+                self.close_connection = True
+                raise _too_large(total, limit)
+            data = self.rfile.read(size)
+            if len(data) < size:
+                raise ConnectionError("the client closed mid-body")
+            if total <= limit:
+                out += data
+            self.rfile.readline(1024)  # the CRLF after the chunk
+
+    def _discard(self, n: int) -> None:
+        """Read and drop a refused body, so the client sees the answer (very large: close)."""
+        if n > max(4 * self.server.max_body, 16 << 20):
+            self.close_connection = True
+            return
+        while n > 0:
+            got = self.rfile.read(min(n, 1 << 16))
+            if not got:
+                raise ConnectionError("the client closed mid-body")
+            n -= len(got)
+
+    def _send_json(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body, ensure_ascii=False).encode("utf-8")
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            if self.close_connection:
+                self.send_header("Connection", "close")
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+        except OSError:
+            self.close_connection = True
+
+    def _start_stream(self) -> None:
+        self._chunked = self.request_version == "HTTP/1.1"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        if self._chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+        else:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        self._streaming = True
+
+    def _write(self, data: bytes) -> None:
+        if self._chunked:
+            data = b"%x\r\n%s\r\n" % (len(data), data)
+        self.wfile.write(data)
+        self.wfile.flush()
+
+    def _sse(self, obj: dict[str, Any] | str) -> None:
+        text = obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)
+        self._write(f"data: {text}\n\n".encode())
+
+    def _end_stream(self) -> None:
+        if self._chunked:
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        self._streaming = False
+
+    def _client_gone(self) -> bool:
+        """True when the peer closed the connection (polled while the worker runs)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
+
+
+def _too_large(n: int, limit: int) -> ApiError:
+    return ApiError(413, f"the body is {n} bytes or more; the limit is {limit}",
+                    code="request_too_large")  # fmt: skip
