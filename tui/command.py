@@ -6,7 +6,11 @@ import argparse
 import contextlib
 from functools import partial
 
-from edgespec.commands.options import add_model_options, add_sampling_options
+from edgespec.commands.options import (
+    DEFAULT_CHAT_TARGET,
+    add_model_options,
+    add_sampling_options,
+)
 from edgespec.errors import EdgespecError, InvalidParameterError
 from edgespec.loading import NGRAM, NO_DRAFT, resolve_model
 
@@ -18,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "chat", help="chat in the terminal and watch speculative decoding token by token"
     )
-    add_model_options(p)
+    add_model_options(p, target=DEFAULT_CHAT_TARGET)
     add_sampling_options(p)
     p.add_argument(
         "--show-rejected",

@@ -13,16 +13,19 @@ from ..sampling import (
     SamplingParams,
 )
 
-DEFAULT_TARGET = "gemma-3-270m"
-DEFAULT_DRAFT = "none"
+DEFAULT_TARGET = "gemma-3-270m"  # base model: completion and code
+DEFAULT_CHAT_TARGET = "smollm2-135m-instruct"  # the embedded model with a chat template
+DEFAULT_DRAFT = "ngram"  # no second vocabulary-compatible model installs offline
 
 
-def add_model_options(p: argparse.ArgumentParser) -> None:
+def add_model_options(
+    p: argparse.ArgumentParser, *, target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT
+) -> None:
     """--target/--draft and how to run them (threads, context, GPU layers)."""
-    p.add_argument("--target", default=DEFAULT_TARGET, help="target: .gguf path or model name")
+    p.add_argument("--target", default=target, help=f"target: .gguf path or model name ({target})")
     p.add_argument(
         "--draft",
-        default=DEFAULT_DRAFT,
+        default=draft,
         help="draft: .gguf path, model name, ngram (prompt lookup), or none",
     )
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
