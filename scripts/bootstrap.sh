@@ -13,6 +13,8 @@ fi
 if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$want" ]; then
   echo "edgespec: installing edgespec and its dependencies (llama-cpp-python compiles llama.cpp: ~5 minutes the first time)" >&2
   "$VENV/bin/python" -m pip install --quiet --upgrade pip >&2
-  "$VENV/bin/python" -m pip install --quiet -e "$ROOT[dev]" >&2
+  # a GPU build (CMAKE_ARGS) must not be served from pip's cache of an earlier CPU build
+  nocache=(); [ -n "${CMAKE_ARGS:-}" ] && nocache=(--no-cache-dir)
+  "$VENV/bin/python" -m pip install --quiet "${nocache[@]}" -e "$ROOT[dev]" >&2
   echo "$want" > "$STAMP"
 fi
