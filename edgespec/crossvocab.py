@@ -263,12 +263,18 @@ class CrossVocabDrafter:
                 or i - start >= SEGMENT_MAX
             ):
                 data = b"".join(t.piece(x) for x in context[start:i])
-                seg = _Segment(start, i, self._d.encode(data.decode("utf-8", "replace")))
+                text = data.decode("utf-8", "replace")
+                seg = _Segment(start, i, self._encode_segment(context[start:i], text))
                 self._closed.append(seg)
                 self._closed_draft.extend(seg.draft)
                 start = i
         window = b"".join(t.piece(x) for x in context[start:])
-        return [*self._closed_draft, *self._d.encode(complete_text(window))], window
+        last = self._encode_segment(context[start:], complete_text(window))
+        return [*self._closed_draft, *last], window
+
+    def _encode_segment(self, tokens: Sequence[int], text: str) -> list[int]:
+        """Draft tokens for a segment: target ``tokens`` whose text is ``text``."""
+        return self._d.encode(text)
 
 
 def _approve(tokens: list[int], approved: int, upto: int, keep: KeepDrafting, conf: float) -> int:

@@ -15,6 +15,6 @@ if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$want" ]; then
   "$VENV/bin/python" -m pip install --quiet --upgrade pip >&2
   # a GPU build (CMAKE_ARGS) must not be served from pip's cache of an earlier CPU build
   nocache=(); [ -n "${CMAKE_ARGS:-}" ] && nocache=(--no-cache-dir)
-  "$VENV/bin/python" -m pip install --quiet "${nocache[@]}" -e "$ROOT[dev]" >&2
+  "$VENV/bin/python" -m pip install --quiet ${nocache[@]+"${nocache[@]}"} -e "$ROOT[dev]" >&2
   echo "$want" > "$STAMP"
 fi
