@@ -1,0 +1,291 @@
+"""Run the benchmark: every configuration on every workload, alternating, with repetitions.
+
+One process holds the target and every draft model. Each repetition runs all
+configurations of a workload once, in forward order on even repetitions and
+reversed on odd ones, so slow drift in machine load hits every configuration
+alike. Before each run the KV caches are emptied (the prompt is processed cold,
+and its time is excluded from tokens/s), the n-gram index and the adaptive
+policy start fresh; what stays cached is the model weights (memory-mapped) and
+the calibrated cost curves (measured once, up front, if missing).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..backend import DEFAULT_CTX, LlamaModel
+from ..compat import check_compatible
+from ..drafters import Drafter, ModelDrafter
+from ..engine import generate, make_policy, stream_generate
+from ..errors import IncompatibleModelsError, InvalidParameterError, ModelLoadError
+from ..events import DoneEvent, RoundEvent
+from ..loading import NGRAM, load_pair, resolve_model
+from ..ngram import NgramDrafter
+from ..sampling import SamplingParams
+from . import llamacpp
+from .memory import peak_rss_mib, reset_peak_rss
+from .stats import RunRecord
+from .workloads import Workload
+
+PLAIN = "plain"
+Records = dict[str, dict[str, list[RunRecord | None]]]  # workload -> config label -> per rep
+
+
+@dataclass(frozen=True)
+class Config:
+    """One way of decoding: plain, an edgespec drafter at a gamma, or a llama.cpp binary."""
+
+    label: str
+    kind: str = "edgespec"  # or llamacpp.LOOKUP / llamacpp.SPECULATIVE
+    drafter: str | None = None  # drafter spec (edgespec) or draft model path (speculative)
+    gamma: int | str = 0
+
+
+@dataclass
+class BenchSetup:
+    """What to run."""
+
+    target: str
+    drafters: list[str]
+    workloads: list[Workload]
+    gammas: list[int | str]
+    reps: int = 3
+    max_tokens: int | None = None  # None: each workload's own
+    threads: int | None = None
+    n_ctx: int = DEFAULT_CTX
+    llama_cpp_bin: Path | None = None
+    llama_draft_lengths: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
+    log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
+
+
+class LoadedDrafter:
+    """A drafter spec and what it needs: a fresh drafter per run, its model, its cost ratio.
+
+    ``ngram`` and a same-vocabulary model are built here around the benchmark's one
+    target; any other spec load_pair understands (e.g. a cross-vocabulary or
+    composite drafter) comes from load_pair, whose own target copy stays loaded.
+    """
+
+    def __init__(self, spec: str, drafter: Drafter | None, model: LlamaModel | None) -> None:
+        self.spec = spec
+        self.model = model
+        self._drafter = drafter  # None: a new NgramDrafter per run
+
+    @classmethod
+    def load(cls, spec: str, target: LlamaModel, setup: BenchSetup) -> LoadedDrafter:
+        """Load the drafter named by spec for target."""
+        if spec.lower() == NGRAM:
+            return cls(spec, None, None)
+        try:
+            path = resolve_model(spec)
+            model = LlamaModel(path, n_ctx=setup.n_ctx, n_threads=target.n_threads)
+        except ModelLoadError:
+            path = None
+        if path is not None:
+            try:
+                check_compatible(target, model)
+                return cls(spec, ModelDrafter(model), model)
+            except IncompatibleModelsError:
+                model.close()
+        _, drafter = load_pair(setup.target, spec, n_ctx=setup.n_ctx, n_threads=target.n_threads)
+        if drafter is None:
+            raise InvalidParameterError(f"{spec!r} is not a drafter")
+        return cls(spec, drafter, getattr(drafter, "model", None))
+
+    def fresh(self) -> Drafter:
+        """The drafter, with no state from an earlier run."""
+        if self._drafter is None:
+            return NgramDrafter()
+        if self.model is not None:
+            self.model.reset()
+        return self._drafter
+
+    def cost_ratio(self, target: LlamaModel) -> float:
+        """Draft step over target step on memory-bound hardware: bytes of weights read."""
+        if self.model is None:
+            return 0.0  # a lookup reads no weights
+        return self.model.path.stat().st_size / target.path.stat().st_size
+
+
+def short_name(spec: str) -> str:
+    """A drafter spec as a label: a .gguf path becomes its file stem."""
+    if spec.endswith(".gguf") or "/" in spec:
+        return Path(spec).name.removesuffix(".gguf")
+    return spec
+
+
+def configs_for(setup: BenchSetup, drafters: dict[str, LoadedDrafter]) -> list[Config]:
+    """Plain, each drafter at each gamma, then llama.cpp's binaries at each draft length."""
+    configs = [Config(PLAIN)]
+    for name in drafters:
+        for g in setup.gammas:
+            label = f"{name} {g if g == 'auto' else f'g={g}'}"
+            configs.append(Config(label, drafter=name, gamma=g))
+    if setup.llama_cpp_bin is not None:
+        found = llamacpp.find_binaries(setup.llama_cpp_bin)
+        for n in setup.llama_draft_lengths:
+            if llamacpp.LOOKUP in found:
+                configs.append(Config(f"llama-lookup n={n}", llamacpp.LOOKUP, None, n))
+        for name, d in drafters.items():
+            if d.model is None or llamacpp.SPECULATIVE not in found:
+                continue
+            for n in setup.llama_draft_lengths:
+                label = f"llama-spec {name} n={n}"
+                configs.append(Config(label, llamacpp.SPECULATIVE, str(d.model.path), n))
+    return configs
+
+
+def run_bench(setup: BenchSetup) -> tuple[Records, dict]:
+    """Run everything; the per-rep records and facts about the run (models, threads, curves)."""
+    target, _ = load_pair(setup.target, None, n_ctx=setup.n_ctx, n_threads=setup.threads)
+    drafters: dict[str, LoadedDrafter] = {}
+    for spec in setup.drafters:
+        drafters[short_name(spec)] = LoadedDrafter.load(spec, target, setup)
+    bins = llamacpp.find_binaries(setup.llama_cpp_bin) if setup.llama_cpp_bin else {}
+    configs = configs_for(setup, drafters)
+    curves = _warm_up(target, drafters, setup)
+    records: Records = {}
+    for w in setup.workloads:
+        max_tokens = setup.max_tokens if setup.max_tokens is not None else w.max_tokens
+        per: dict[str, list[RunRecord | None]] = {c.label: [] for c in configs}
+        for rep in range(setup.reps):
+            order = configs if rep % 2 == 0 else configs[::-1]
+            for c in order:
+                try:
+                    if c.kind == "edgespec":
+                        rec = _run_edgespec(target, drafters, c, w, max_tokens, rep)
+                    else:
+                        rec = _run_llamacpp(bins[c.kind], target, c, w, max_tokens, rep, setup)
+                except llamacpp.LlamaCppError as e:
+                    setup.log(f"  {w.name} rep {rep + 1} {c.label}: FAILED: {e}")
+                    rec = None
+                per[c.label].append(rec)
+                if rec is not None:
+                    setup.log(
+                        f"  {w.name} rep {rep + 1}/{setup.reps} {c.label:<28} "
+                        f"{rec.tokens_per_second:7.1f} tok/s  {rec.generated} tokens"
+                    )
+        records[w.name] = per
+    info = {
+        "target": str(target.path),
+        "target_size_bytes": target.path.stat().st_size,
+        "threads": target.n_threads,
+        "n_ctx": setup.n_ctx,
+        "drafters": {
+            spec: {
+                "model": str(d.model.path) if d.model is not None else None,
+                "cost_ratio": d.cost_ratio(target),
+            }
+            for spec, d in drafters.items()
+        },
+        "configs": [c.__dict__ for c in configs],
+        "calibration": curves,
+        "llama_cpp_binaries": {k: str(v) for k, v in bins.items()},
+        "prompt_tokens": {
+            w.name: len(target.tokenize(w.prompt, add_special=True, parse_special=True))
+            for w in setup.workloads
+        },
+    }
+    return records, info
+
+
+def _warm_up(target: LlamaModel, drafters: dict[str, LoadedDrafter], setup: BenchSetup) -> dict:
+    """Page the weights in and make sure cost curves are cached, before anything is timed."""
+    setup.log("warming up (and calibrating cost curves if not cached)")
+    generate(target, "Hello", max_tokens=4, gamma=0)
+    curves: dict[str, list[float]] = {}
+    for spec, d in drafters.items():
+        drafter = d.fresh()
+        policy = make_policy(target, drafter)
+        curves["target"] = list(policy.verify.seconds)
+        curves[f"{spec} draft_step_s"] = [policy.draft_step_s]
+        generate(target, "Hello", drafter=d.fresh(), max_tokens=4, gamma=2)
+    target.reset()
+    return curves
+
+
+def _run_edgespec(
+    target: LlamaModel,
+    drafters: dict[str, LoadedDrafter],
+    c: Config,
+    w: Workload,
+    max_tokens: int,
+    rep: int,
+) -> RunRecord:
+    target.reset()
+    drafter = drafters[c.drafter].fresh() if c.drafter is not None else None
+    prompt: str | list[int] = w.prompt
+    if w.chat:
+        prompt = _chat_prompt(target, w.prompt)
+    lengths: list[int] = []
+    done: DoneEvent | None = None
+    reset_peak_rss()
+    for ev in stream_generate(
+        target,
+        prompt,
+        drafter=drafter,
+        max_tokens=max_tokens,
+        sampling=SamplingParams(temperature=w.temperature),
+        gamma=c.gamma if drafter is not None else 0,
+        seed=rep,
+    ):
+        if isinstance(ev, RoundEvent) and ev.drafted > 0:
+            lengths.append(ev.accepted)
+        elif isinstance(ev, DoneEvent):
+            done = ev
+    assert done is not None
+    s = done.stats
+    return RunRecord(
+        tokens_per_second=s.tokens_per_second,
+        generated=s.generated,
+        drafted=s.drafted,
+        accepted=s.accepted,
+        rounds=s.rounds,
+        target_calls=s.target_calls,
+        draft_s=s.draft_s,
+        verify_s=s.verify_s,
+        other_s=s.other_s,
+        decode_s=s.decode_s,
+        peak_rss_mib=peak_rss_mib(),
+        accepted_lengths=lengths,
+    )
+
+
+def _chat_prompt(target: LlamaModel, text: str) -> str:
+    """text as one user turn in the model's chat template (as is, without a template)."""
+    template = target.chat_template()
+    if not template:
+        return text
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    return env.from_string(template).render(
+        messages=[{"role": "user", "content": text}], add_generation_prompt=True, bos_token=""
+    )
+
+
+def _run_llamacpp(
+    binary: Path,
+    target: LlamaModel,
+    c: Config,
+    w: Workload,
+    max_tokens: int,
+    rep: int,
+    setup: BenchSetup,
+) -> RunRecord:
+    cmd = llamacpp.command(
+        binary,
+        target=target.path,
+        workload=w,
+        max_tokens=max_tokens,
+        threads=target.n_threads,
+        n_ctx=setup.n_ctx,
+        n_draft=int(c.gamma),
+        seed=rep,
+        draft=Path(c.drafter) if c.drafter else None,
+    )
+    result, rss = llamacpp.run(cmd)
+    return result.to_record(rss)

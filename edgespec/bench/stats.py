@@ -1,0 +1,193 @@
+"""Pure statistics of a benchmark: medians, paired ratios, projections, histograms, goals.
+
+Everything here works on plain numbers and dicts, so it is unit-tested without a model.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+# the issue's goals
+NEVER_LOSES = 0.97  # adaptive >= 0.97x plain on every workload
+EDIT_SPEEDUP = 2.0  # adaptive n-gram on code editing >= 2x plain
+EDIT_VS_LOOKUP = 1.15  # ... and >= 1.15x llama-lookup at its best draft length
+NEAR_BEST_FIXED = 0.95  # adaptive within 5% of the best fixed gamma
+
+
+@dataclass
+class RunRecord:
+    """One timed generation (one configuration, one workload, one repetition)."""
+
+    tokens_per_second: float
+    generated: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    rounds: int = 0
+    target_calls: int = 0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    other_s: float = 0.0
+    decode_s: float = 0.0
+    peak_rss_mib: float = 0.0
+    accepted_lengths: list[int] = field(default_factory=list)  # per drafting round
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted / drafted tokens."""
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accepted_per_call(self) -> float:
+        """Tokens produced per target call."""
+        return self.generated / self.target_calls if self.target_calls else 0.0
+
+    @property
+    def gamma_mean(self) -> float:
+        """Draft tokens per round."""
+        return self.drafted / self.rounds if self.rounds else 0.0
+
+
+def median(values: Iterable[float]) -> float:
+    """Median of values, 0.0 for none."""
+    vals = list(values)
+    return float(statistics.median(vals)) if vals else 0.0
+
+
+def paired_ratios(a: Sequence[float | None], b: Sequence[float | None]) -> list[float]:
+    """a[i] / b[i] for the repetitions where both ran (not None) and b[i] > 0."""
+    return [x / y for x, y in zip(a, b, strict=False) if x is not None and y]
+
+
+def median_ratio(a: Sequence[float | None], b: Sequence[float | None]) -> float:
+    """Median of the per-repetition ratios a/b (0.0 if none)."""
+    return median(paired_ratios(a, b))
+
+
+def expected_speedup(alpha: float, gamma: float, cost_ratio: float) -> float:
+    """Leviathan et al. (2023), eq. 1 and thm 3.8: expected speed-up of speculative decoding.
+
+    alpha: the chance a draft token is accepted; gamma: draft tokens per round;
+    cost_ratio c: one draft step over one target step. Assumes a target call on
+    gamma + 1 tokens costs one target step (memory-bandwidth-bound hardware):
+    (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)).
+    """
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    if gamma < 0 or cost_ratio < 0:
+        raise ValueError("gamma and cost_ratio must be >= 0")
+    tokens = gamma + 1.0 if alpha >= 1.0 else (1.0 - alpha ** (gamma + 1.0)) / (1.0 - alpha)
+    return tokens / (gamma * cost_ratio + 1.0)
+
+
+def rounds_projection(tokens_per_call: float, gamma_mean: float, cost_ratio: float) -> float:
+    """The same cost model applied to the rounds actually run: tokens per target call over
+    the cost of a round (one target step plus gamma_mean draft steps of cost c)."""
+    if tokens_per_call <= 0:
+        return 0.0
+    return tokens_per_call / (1.0 + cost_ratio * gamma_mean)
+
+
+def histogram(lengths: Iterable[int], max_len: int | None = None) -> list[int]:
+    """counts[k] = rounds that accepted exactly k draft tokens, k = 0..max."""
+    vals = list(lengths)
+    top = max(vals, default=0) if max_len is None else max_len
+    counts = [0] * (top + 1)
+    for v in vals:
+        counts[min(v, top)] += 1
+    return counts
+
+
+def summarise(
+    records: Sequence[RunRecord | None],
+    plain: Sequence[RunRecord | None] | None,
+    cost_ratio: float | None,
+) -> dict[str, Any]:
+    """Medians over repetitions of one configuration; speed-up as the median paired ratio.
+
+    records[i] and plain[i] are repetition i (None where a run failed); cost_ratio
+    None leaves out the projection (plain decoding).
+    """
+    ok = [r for r in records if r is not None]
+    tps = [r.tokens_per_second if r is not None else None for r in records]
+    base = [p.tokens_per_second if p is not None else None for p in plain] if plain else None
+    out: dict[str, Any] = {
+        "reps": len(ok),
+        "tokens_per_second": median(t for t in tps if t is not None),
+        "tokens_per_second_all": tps,
+        "speedup": median_ratio(tps, base) if base else None,
+        "generated": median(r.generated for r in ok),
+        "acceptance_rate": median(r.acceptance_rate for r in ok),
+        "mean_accepted_per_call": median(r.mean_accepted_per_call for r in ok),
+        "gamma_mean": median(r.gamma_mean for r in ok),
+        "draft_s": median(r.draft_s for r in ok),
+        "verify_s": median(r.verify_s for r in ok),
+        "other_s": median(r.other_s for r in ok),
+        "decode_s": median(r.decode_s for r in ok),
+        "peak_rss_mib": max((r.peak_rss_mib for r in ok), default=0.0),
+        "accepted_hist": histogram(n for r in ok for n in r.accepted_lengths),
+    }
+    if cost_ratio is not None:
+        alpha, gamma = out["acceptance_rate"], out["gamma_mean"]
+        out["projection"] = {
+            "label": "projection (not measured): memory-bandwidth-bound hardware",
+            "cost_ratio": cost_ratio,
+            "formula": expected_speedup(alpha, gamma, cost_ratio) if gamma > 0 else 1.0,
+            "rounds": rounds_projection(out["mean_accepted_per_call"], gamma, cost_ratio),
+        }
+    return out
+
+
+def best_key(rows: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """The key of the row with the highest median tokens/s."""
+    if not rows:
+        return None
+    return max(rows, key=lambda k: rows[k]["tokens_per_second"])
+
+
+def check_goals(workloads: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The issue's goals, each with the measured value and whether it is met.
+
+    workloads[name] holds ``temperature``, ``auto`` ({drafter: {speedup,
+    vs_best_fixed}}) and, where measured, ``vs_llama_lookup`` (adaptive n-gram
+    tokens/s over llama-lookup's at its best draft length, median paired ratio).
+    """
+    goals: list[dict[str, Any]] = []
+    for wname, w in workloads.items():
+        for drafter, a in w.get("auto", {}).items():
+            if a.get("speedup") is not None:
+                goals.append(
+                    _goal(
+                        f"never loses: {wname}, {drafter} auto vs plain", a["speedup"], NEVER_LOSES
+                    )  # fmt: skip
+                )
+            if a.get("vs_best_fixed") is not None:
+                goals.append(
+                    _goal(
+                        f"near best fixed gamma: {wname}, {drafter} auto vs gamma "
+                        f"{a.get('best_fixed_gamma')}",
+                        a["vs_best_fixed"],
+                        NEAR_BEST_FIXED,
+                    )
+                )
+        if wname == "code_editing":
+            ngram = w.get("auto", {}).get("ngram")
+            if ngram and ngram.get("speedup") is not None:
+                goals.append(_goal("code editing: ngram auto vs plain", ngram["speedup"],
+                                   EDIT_SPEEDUP))  # fmt: skip
+            if w.get("vs_llama_lookup") is not None:
+                goals.append(
+                    _goal(
+                        f"code editing: ngram auto vs llama-lookup (draft "
+                        f"{w.get('llama_lookup_best')})",
+                        w["vs_llama_lookup"],
+                        EDIT_VS_LOOKUP,
+                    )
+                )
+    return goals
+
+
+def _goal(name: str, value: float, threshold: float) -> dict[str, Any]:
+    return {"goal": name, "value": value, "threshold": threshold, "met": value >= threshold}

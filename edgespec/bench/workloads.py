@@ -1,0 +1,95 @@
+"""Benchmark workloads: prompt files shipped with the package, one TOML file each.
+
+A workload file has ``name``, ``description``, ``temperature``, ``max_tokens``,
+optionally ``chat`` (wrap the prompt in the model's chat template; default false,
+since the default target is a base model) and ``prompt``, written as a plain
+completion.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from ..errors import InvalidParameterError
+
+WORKLOAD_DIR = "workloads"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One prompt and how to decode it."""
+
+    name: str
+    description: str
+    prompt: str
+    temperature: float = 0.0
+    max_tokens: int = 256
+    chat: bool = False
+
+    @property
+    def greedy(self) -> bool:
+        """True when decoded at temperature 0."""
+        return self.temperature <= 0.0
+
+
+def parse_workload(text: str, *, default_name: str = "") -> Workload:
+    """A Workload from a TOML document; raises InvalidParameterError on bad content."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise InvalidParameterError(f"bad workload file {default_name!r}: {e}") from None
+    name = str(data.get("name", default_name))
+    prompt = data.get("prompt")
+    if not name or not isinstance(prompt, str) or not prompt:
+        raise InvalidParameterError(f"workload {name or default_name!r} needs a name and a prompt")
+    try:
+        return Workload(
+            name=name,
+            description=str(data.get("description", "")),
+            prompt=prompt,
+            temperature=float(data.get("temperature", 0.0)),
+            max_tokens=int(data.get("max_tokens", 256)),
+            chat=bool(data.get("chat", False)),
+        )
+    except (TypeError, ValueError) as e:
+        raise InvalidParameterError(f"bad field in workload {name!r}: {e}") from None
+
+
+def builtin_workloads() -> dict[str, Workload]:
+    """The workloads shipped in edgespec/bench/workloads/, by name, in file-name order."""
+    folder = resources.files("edgespec.bench").joinpath(WORKLOAD_DIR)
+    out: dict[str, Workload] = {}
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".toml"):
+            w = parse_workload(entry.read_text(encoding="utf-8"), default_name=entry.name[:-5])
+            out[w.name] = w
+    return out
+
+
+def select_workloads(spec: str | None) -> list[Workload]:
+    """Workloads by comma-separated names or ``.toml`` paths (None or ``all``: every built-in)."""
+    shipped = builtin_workloads()
+    if not spec or spec == "all":
+        return list(shipped.values())
+    picked: list[Workload] = []
+    for item in (s.strip() for s in spec.split(",")):
+        if not item:
+            continue
+        if item in shipped:
+            picked.append(shipped[item])
+        elif item.endswith(".toml") or Path(item).is_file():
+            path = Path(item)
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as e:
+                raise InvalidParameterError(f"cannot read workload {item}: {e}") from None
+            picked.append(parse_workload(text, default_name=path.stem))
+        else:
+            names = ", ".join(shipped)
+            raise InvalidParameterError(f"unknown workload {item!r}; shipped: {names}")
+    if not picked:
+        raise InvalidParameterError("no workloads selected")
+    return picked

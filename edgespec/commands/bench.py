@@ -1,0 +1,183 @@
+"""``edgespec bench``: plain and speculative decoding on shipped workloads, side by side."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import InvalidParameterError
+from .options import DEFAULT_TARGET, parse_gamma
+
+if TYPE_CHECKING:
+    from ..bench.runner import BenchSetup
+    from ..bench.workloads import Workload
+
+DEFAULT_DRAFTERS = "ngram"
+DEFAULT_GAMMAS = "auto,1,2,4,8,16"
+DEFAULT_LLAMA_LENGTHS = "1,2,4,8,16"
+DEFAULT_REPS = 3
+QUICK = {"reps": 1, "max_tokens": 48, "gammas": "auto,4", "llama_draft_lengths": "4"}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the bench subcommand."""
+    p = sub.add_parser(
+        "bench",
+        help="benchmark plain vs speculative decoding on shipped workloads",
+        description="Run plain decoding and each speculative configuration on each workload "
+        "in one process, alternating, with repetitions; print medians, speed-ups, acceptance, "
+        "time split and peak RSS, and optionally write JSON and a PNG chart.",
+    )
+    p.add_argument("--target", default=DEFAULT_TARGET, help="target: .gguf path or model name")
+    p.add_argument(
+        "--drafters",
+        default=DEFAULT_DRAFTERS,
+        help="comma-separated drafters: ngram, a model path/name, ... (default: ngram)",
+    )
+    p.add_argument(
+        "--workloads", default=None, help="comma-separated names or .toml files (default: all)"
+    )
+    p.add_argument(
+        "--gammas", default=None, help=f"per drafter: auto and a fixed sweep ({DEFAULT_GAMMAS})"
+    )
+    p.add_argument("--reps", type=int, default=None, help=f"repetitions ({DEFAULT_REPS})")
+    p.add_argument("--max-tokens", type=int, default=None, help="override each workload's")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    p.add_argument("--ctx", type=int, default=4096, help="context length in tokens")
+    p.add_argument("--json", type=Path, default=None, help="write the full report here")
+    p.add_argument("--chart", type=Path, default=None, help="write a PNG chart here")
+    p.add_argument(
+        "--llama-cpp-bin",
+        type=Path,
+        default=None,
+        help="folder with llama.cpp's llama-lookup / llama-speculative-simple to compare with",
+    )
+    p.add_argument(
+        "--llama-draft-lengths",
+        default=None,
+        help=f"draft lengths for llama.cpp's binaries ({DEFAULT_LLAMA_LENGTHS})",
+    )
+    p.add_argument(
+        "--from-json",
+        type=Path,
+        default=None,
+        help="do not run: print the tables (and draw --chart) from a saved --json report",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run: 1 rep, 48 tokens, gammas auto,4 (explicit options still win)",
+    )
+    p.set_defaults(run=run)
+
+
+def _ints(text: str, what: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InvalidParameterError(f"{what} must be comma-separated whole numbers") from None
+    if not vals or min(vals) < 1:
+        raise InvalidParameterError(f"{what} must be whole numbers >= 1")
+    return vals
+
+
+def _gammas(text: str) -> list[int | str]:
+    out: list[int | str] = []
+    for item in (s.strip() for s in text.split(",")):
+        try:
+            g = parse_gamma(item)
+        except argparse.ArgumentTypeError as e:
+            raise InvalidParameterError(str(e)) from None
+        if g != "auto" and int(g) < 1:
+            raise InvalidParameterError("fixed gammas must be >= 1 (plain runs anyway)")
+        if g not in out:
+            out.append(g)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the benchmark; print the tables; write JSON and the chart if asked."""
+    from ..bench.report import text_report
+    from ..bench.runner import BenchSetup
+    from ..bench.workloads import select_workloads
+
+    if args.from_json is not None:
+        return _rerender(args.from_json, args.chart)
+    quick = QUICK if args.quick else {}
+    reps = args.reps if args.reps is not None else quick.get("reps", DEFAULT_REPS)
+    max_tokens = args.max_tokens if args.max_tokens is not None else quick.get("max_tokens")
+    if reps < 1:
+        raise InvalidParameterError(f"reps must be >= 1, got {reps}")
+    if max_tokens is not None and max_tokens < 1:
+        raise InvalidParameterError(f"max-tokens must be >= 1, got {max_tokens}")
+    gammas = _gammas(args.gammas or quick.get("gammas", DEFAULT_GAMMAS))
+    lengths = _ints(
+        args.llama_draft_lengths or quick.get("llama_draft_lengths", DEFAULT_LLAMA_LENGTHS),
+        "llama draft lengths",
+    )
+    drafters = [d.strip() for d in args.drafters.split(",") if d.strip()]
+    if args.llama_cpp_bin is not None and not args.llama_cpp_bin.is_dir():
+        raise InvalidParameterError(f"--llama-cpp-bin: no such folder {args.llama_cpp_bin}")
+    workloads = select_workloads(args.workloads)
+    setup = BenchSetup(
+        target=args.target,
+        drafters=drafters,
+        workloads=workloads,
+        gammas=gammas,
+        reps=reps,
+        max_tokens=max_tokens,
+        threads=args.threads,
+        n_ctx=args.ctx,
+        llama_cpp_bin=args.llama_cpp_bin,
+        llama_draft_lengths=lengths,
+    )
+    report = _report(setup, workloads)
+    print(text_report(report))
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=1))
+    if args.chart is not None:
+        from ..bench.chart import write_chart
+
+        write_chart(report, args.chart)
+    return 0
+
+
+def _rerender(saved: Path, chart: Path | None) -> int:
+    """Print the tables of a saved report and redraw its chart."""
+    from ..bench.report import text_report
+
+    try:
+        report = json.loads(saved.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise InvalidParameterError(f"cannot read report {saved}: {e}") from None
+    print(text_report(report))
+    if chart is not None:
+        from ..bench.chart import write_chart
+
+        write_chart(report, chart)
+    return 0
+
+
+def _report(setup: BenchSetup, workloads: list[Workload]) -> dict:
+    """Run the benchmark and build its report, with what reproduces it."""
+    import resource
+    import shlex
+
+    from .. import __version__
+    from ..bench.report import build_report
+    from ..bench.runner import run_bench
+
+    records, info = run_bench(setup)
+    argv = sys.argv[1:]
+    meta = {
+        "edgespec_version": __version__,
+        "command": shlex.join(["edgespec", *argv]) if argv[:1] == ["bench"] else None,
+        "reps": setup.reps,
+        "max_tokens": setup.max_tokens,
+        "gammas": setup.gammas,
+        "process_peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+    return build_report(records, info, workloads, meta)
