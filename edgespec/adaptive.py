@@ -7,8 +7,9 @@ g in 0..max_gamma with the best E(g) / T(g); g = 0 is plain decoding, so the
 policy never chooses to lose (up to estimation error and the probes below).
 
 a_i are running estimates per position, discounted so that they follow the text
-(code copying vs free writing). verify(k) is the calibrated cost curve, scaled
-online by the measured verify times, which tracks context depth and machine load.
+(code copying vs free writing). verify(k) is the calibrated cost curve, corrected
+online by the measured verify times, per batch size once it has been seen, which
+tracks context depth, machine load, and a calibration taken on a busy machine.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ PRIOR_ACCEPT = 0.5  # optimistic-enough prior: a fresh drafter gets tried
 PRIOR_WEIGHT = 2.0
 SCALE_DISCOUNT = 0.9
 FIRST_PROBE_AFTER = 8  # rounds without drafting before a one-token probe; doubles each time
+PLAIN_REFRESH = 32  # drafting rounds in a row before a plain one re-measures the baseline
+MIN_GAIN = 1.02  # drafting must beat plain decoding's predicted rate by 2%: ties go to plain
 
 
 @dataclass
@@ -66,14 +69,18 @@ class AdaptiveGamma:
         self.draft_step_s = draft_step_s
         self.max_gamma = max_gamma
         self.accept = AcceptanceEstimate(max_gamma)
-        self.scale = 1.0  # measured / calibrated verify time
+        self.scale = 1.0  # measured / calibrated verify time, over all batch sizes
+        self.k_scale: dict[int, float] = {}  # the same ratio per batch size, once observed
         self._idle_rounds = 0
         self._probe_after = FIRST_PROBE_AFTER
+        self._since_plain = 0
         self.chosen: list[int] = []
 
     def round_cost(self, g: int) -> float:
         """Predicted seconds for a round drafting g tokens."""
-        return self.scale * self.verify.cost(g + 1) + self.draft_step_s * g
+        # a longer batch never costs less, whatever the noisy per-size corrections say
+        verify = max(self.k_scale.get(k, self.scale) * self.verify.cost(k) for k in range(1, g + 2))
+        return verify + self.draft_step_s * g
 
     def expected_tokens(self, g: int) -> float:
         """E(g): tokens a round drafting g yields, from the acceptance estimates."""
@@ -86,7 +93,8 @@ class AdaptiveGamma:
     def choose(self, limit: int) -> int:
         """Draft length for the next round, at most `limit` (room left in budget/context)."""
         limit = min(limit, self.max_gamma)
-        best_g, best_rate = 0, 1.0 / self.round_cost(0)
+        plain_rate = 1.0 / self.round_cost(0)
+        best_g, best_rate = 0, plain_rate * MIN_GAIN
         total, run = 1.0, 1.0
         for g in range(1, limit + 1):
             run *= self.accept.rate(g)
@@ -94,6 +102,14 @@ class AdaptiveGamma:
             rate = total / self.round_cost(g)
             if rate > best_rate:
                 best_g, best_rate = g, rate
+        if best_g > 0:
+            self._since_plain += 1
+            if self._since_plain > PLAIN_REFRESH:
+                # the plain cost is the yardstick: measure it again now and then
+                self._since_plain = 0
+                best_g = 0
+        else:
+            self._since_plain = 0
         if best_g == 0 and limit > 0 and self.draft_step_s > 0:
             # the estimates can only recover if someone drafts: probe rarely, with backoff
             self._idle_rounds += 1
@@ -114,15 +130,21 @@ class AdaptiveGamma:
         about that many expected tokens and costs the verify-curve step; keep it if
         that beats the rate of a plain round (the floor every choice must beat).
         """
-        marginal = self.scale * (self.verify.cost(i + 1) - self.verify.cost(i))
+        marginal = self.round_cost(i) - self.round_cost(i - 1) - self.draft_step_s
         return cumulative_conf * self.round_cost(0) > marginal
 
     def observe(self, drafted: int, accepted: int, verify_s: float) -> None:
         """Update acceptance estimates and the cost scale from a finished round."""
         self.accept.observe(drafted, accepted)
-        predicted = self.verify.cost(drafted + 1)
+        k = drafted + 1
+        predicted = self.verify.cost(k)
         if predicted > 0 and verify_s > 0:
-            self.scale = SCALE_DISCOUNT * self.scale + (1 - SCALE_DISCOUNT) * (verify_s / predicted)
+            ratio = verify_s / predicted
+            self.scale = SCALE_DISCOUNT * self.scale + (1 - SCALE_DISCOUNT) * ratio
+            prev = self.k_scale.get(k)
+            self.k_scale[k] = (
+                ratio if prev is None else SCALE_DISCOUNT * prev + (1 - SCALE_DISCOUNT) * ratio
+            )
 
     def observe_free(self, proposed: list[int], produced: int) -> None:
         """A lookup drafter's proposal in a plain round: was its first token the one produced?

@@ -77,6 +77,21 @@ def test_cost_scale_tracks_measured_verify_times() -> None:
     for _ in range(100):
         p.observe(0, 0, verify_s=2 * CPU.cost(1))
     assert p.scale == pytest.approx(2.0, rel=0.01)
+    assert p.round_cost(0) == pytest.approx(2 * CPU.cost(1), rel=0.01)
+
+
+def test_a_wrong_calibration_is_corrected_by_measured_rounds() -> None:
+    """A curve measured on a busy machine says a 2-token verify costs 1.06x one token."""
+    flat = CostCurve(
+        model="m", key="k", seconds=(0.010, 0.0106, *(0.011 + 0.001 * k for k in range(15)))
+    )
+    p = policy_with_rate(flat, 0.3)
+    assert p.choose(16) > 0  # believed: drafting is nearly free
+    for _ in range(40):  # what rounds really cost: the CPU curve
+        g = p.choose(16)
+        p.observe(g, 0, verify_s=CPU.cost(g + 1))
+        p.accept.hits = [0.3 * t for t in p.accept.tries]
+    assert p.choose(16) == 0
 
 
 def test_calibration_is_cached(synthetic_models, tmp_path, monkeypatch) -> None:
