@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from .adaptive import AdaptiveGamma
 from .backend import LlamaModel
 from .chat_template import CHATML, render_chat
 from .codestop import CodeStop
@@ -91,6 +92,11 @@ class CompletionSession:
         self.target = target
         self.drafter = drafter
         self.gamma: int | str = gamma if drafter is not None else 0
+        # gamma "auto": the cost curve is measured (or read from its cache) once, here.
+        # The engine would do it on every call, and on a busy machine, whose curve is
+        # not cached, each measurement would also empty the KV cache a request reuses.
+        auto = drafter is not None and gamma == AUTO
+        self._policy = make_policy(target, drafter) if auto else None
         self.name = name
         self.fim = target.fim_tokens()
         self.stop_tokens = fim_stop_tokens(self.fim)
@@ -163,6 +169,13 @@ class CompletionSession:
             tokens = tokens[1:]  # the template wrote BOS itself
         return tokens
 
+    def _gamma(self) -> int | str | AdaptiveGamma:
+        """The gamma for one request: a fresh adaptive policy on the session's cost curve."""
+        p = self._policy
+        if p is None:
+            return self.gamma
+        return AdaptiveGamma(p.verify, draft_step_s=p.draft_step_s, max_gamma=p.max_gamma)
+
     def check_prompt(self, tokens: Sequence[int]) -> None:
         """Refuse an empty prompt, or one the context cannot hold with a token to spare."""
         if not tokens:
@@ -204,7 +217,7 @@ class CompletionSession:
             drafter=self.drafter,
             max_tokens=max_tokens,
             sampling=req.sampling,
-            gamma=self.gamma,
+            gamma=self._gamma(),
             seed=req.seed,
             stop=req.stop,
         )
@@ -260,7 +273,7 @@ def load_session(
     ``draft`` is none, ngram, a model, or auto: the n-gram drafter (free, and at
     its best on code, which repeats itself) with the engine's adaptive gamma.
     With gamma "auto" the target's cost curve is measured now if it is not
-    cached yet, rather than during the first request.
+    cached yet, rather than during a request.
     """
     if draft is not None and draft.lower() == AUTO:
         draft, gamma = "ngram", AUTO
@@ -274,8 +287,6 @@ def load_session(
         gpu_layers=gpu_layers,
         draft_gpu_layers=draft_gpu_layers,
     )
-    if drafter is not None and gamma == AUTO:
-        make_policy(model, drafter)  # measures and caches the cost curve once
     is_path = target.endswith(".gguf") or "/" in target
     default_name = model.path.stem if is_path else target
     return CompletionSession(model, drafter, gamma=gamma, name=name or default_name)

@@ -8,7 +8,9 @@ import socket
 import threading
 import time
 
-from .conftest import Running
+from edgespec.completion import load_session
+
+from .conftest import Running, start
 
 BODY = {"input_prefix": "Hello the world of people", "input_suffix": "", "max_lines": 0}
 
@@ -97,3 +99,20 @@ def test_keep_alive_connection_serves_several_requests(fim_server: Running) -> N
     conn.request("GET", "/health")
     assert conn.getresponse().status == 200
     conn.close()
+
+
+def test_adaptive_gamma_keeps_the_prefix_cache(synthetic_models) -> None:
+    """With gamma auto the cost curve is measured once, at load, never again per request
+    (a measurement empties the KV cache, and a busy machine's curve is not cached)."""
+    session = load_session(str(synthetic_models["target_fim"]), "auto", n_ctx=512)
+    assert session.gamma == "auto" and session.drafter_name == "ngram"
+    running = start(session)
+    try:
+        body = {"input_prefix": "Hello the world " * 20, "n_predict": 8}
+        running.request("POST", "/infill", body)
+        _, again = running.request("POST", "/infill", body)
+        assert again["tokens_cached"] == again["tokens_evaluated"] - 1
+        assert again["timings"]["gamma"] == "auto"
+    finally:
+        running.server.close()
+        session.target.close()
