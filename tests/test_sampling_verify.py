@@ -165,3 +165,15 @@ def test_rejection_is_reproducible_with_a_seed() -> None:
         for r in (np.random.default_rng(11), np.random.default_rng(11))
     ]
     assert runs[0] == runs[1]
+
+
+def test_top_k_on_wide_rows_with_masked_logits() -> None:
+    rng = np.random.default_rng(12)
+    logits = rng.normal(0, 8, size=(4, 50_000)).astype(np.float32)
+    logits[1, 100:] = -np.inf  # only 100 finite logits
+    logits[2, :] = -np.inf
+    logits[2, :3] = [1.0, 2.0, 3.0]  # fewer finite logits than top_k
+    logits[3] = np.round(logits[3])  # many ties
+    sp = SamplingParams(temperature=0.9, top_k=40, top_p=1.0, min_p=0.0)
+    for row, dist in zip(logits, process_logits(logits, sp), strict=True):
+        np.testing.assert_allclose(dist.dense(50_000), reference_dist(row, sp), atol=1e-9)
