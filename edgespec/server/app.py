@@ -257,6 +257,8 @@ class Handler(JsonHandler):
             self.close_connection = True
             return
         n_prompt = prepared["prompt_tokens"]
+        if fmt is not None:
+            fmt.extra = {k: v for k, v in prepared.items() if k in ("fim", "truncated")}
         if not opts.stream:
             result = None
             for item in items:

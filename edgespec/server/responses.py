@@ -62,6 +62,7 @@ class OpenAIFormat:
 
     def __init__(self, session: CompletionSession, *, chat: bool) -> None:
         self.session = session
+        self.extra: dict[str, Any] = {}  # added to timings (e.g. fim, truncated)
         self.chat = chat
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         self.created = int(time.time())
@@ -100,7 +101,7 @@ class OpenAIFormat:
             choice = self._choice(result.text, result.finish_reason)
         out = self._envelope(self.object, [choice])
         out["usage"] = usage(prompt_tokens, result)
-        out["timings"] = timings(result.stats, self.session, result)
+        out["timings"] = {**timings(result.stats, self.session, result), **self.extra}
         return out
 
     def first_chunk(self) -> dict[str, Any] | None:
@@ -120,7 +121,7 @@ class OpenAIFormat:
         """The finish_reason chunk (with timings) and, if asked, the usage chunk."""
         obj = "chat.completion.chunk" if self.chat else "text_completion"
         last = self._envelope(obj, [self._choice(None, result.finish_reason)])
-        last["timings"] = timings(result.stats, self.session, result)
+        last["timings"] = {**timings(result.stats, self.session, result), **self.extra}
         out = [last]
         if include_usage:
             u = self._envelope(obj, [])

@@ -78,7 +78,9 @@ def test_completion_with_suffix_uses_fim(fim_server: Running) -> None:
     r = client(fim_server).completions.create(
         model="target_fim", prompt="def f(x):\n    return ", suffix="\n", max_tokens=8
     )
-    assert r.model_extra["timings"]["prompt_tokens"] == r.usage.prompt_tokens
+    t = r.model_extra["timings"]
+    assert t["prompt_tokens"] == r.usage.prompt_tokens
+    assert t["fim"] is True and t["truncated"] is False
 
 
 def test_token_id_prompt(fim_server: Running) -> None:
