@@ -18,6 +18,7 @@ from ..completion import (
 from ..errors import InvalidParameterError
 from ..fim import split_at_cursor
 from .options import add_model_options, add_sampling_options, sampling_from_args
+from .serve import draft_help
 
 DEFAULT_COMPLETE_TOKENS = 128
 
@@ -35,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_model_options(p)
     add_sampling_options(p)
     p.set_defaults(draft=AUTO, max_tokens=DEFAULT_COMPLETE_TOKENS)
+    draft_help(p)
     p.add_argument("--file", type=Path, required=True, help="the source file")
     p.add_argument("--line", type=int, required=True, help="cursor line (1-based)")
     p.add_argument("--col", type=int, required=True, help="cursor column (1-based)")

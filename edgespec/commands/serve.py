@@ -29,6 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_model_options(p)
     p.set_defaults(draft=AUTO)
+    draft_help(p)
     p.add_argument(
         "--gamma",
         type=parse_gamma,
@@ -112,3 +113,13 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return host == "localhost"
+
+
+def draft_help(p: argparse.ArgumentParser) -> None:
+    """--draft's help for the completion commands, whose default is auto."""
+    for action in p._actions:
+        if action.dest == "draft":
+            action.help = (
+                "draft: auto (the default: n-gram prompt lookup with adaptive gamma), "
+                "ngram, none, or a .gguf path or model name"
+            )
