@@ -8,6 +8,12 @@ the target's own, and a sampled proposal is reported as a point mass (q(x) = 1):
 accepting x with probability p(x) and otherwise resampling from
 norm(max(0, p - delta_x)) = p without x outputs exactly p whatever the law of x.
 
+When sampling, the default is token-level intersection instead (``edgespec/tli.py``):
+the draft samples only tokens that are also target tokens, with their restricted
+distribution as q, which accepts more (min(1, p/q) instead of p(x)). Once that
+token map exists, a segment (below) whose target tokens all have draft twins is
+handed to the draft token for token rather than re-tokenized.
+
 Token boundaries: only the end of the context is re-tokenized, from the start of
 its last word (a *segment*, see below), so a round costs a few short tokenizer
 calls rather than re-tokenizing the whole context. Tokens are proposed only
@@ -34,8 +40,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .backend import LlamaModel
-from .drafters import Draft, KeepDrafting
+from .drafters import Draft, KeepDrafting, _top_probability
 from .sampling import SamplingParams, TokenDist, greedy_tokens, process_logits
+from .tli import TokenMap, propose_shared
 
 #: A segment (draft-side tokenization unit) holds at most this many target tokens.
 SEGMENT_MAX = 64
@@ -103,7 +110,10 @@ class CrossVocabDrafter:
         draft: the draft model; its KV cache follows the translated context.
         name: shown in stats and the CLI (default: the file name + " (cross-vocab)").
         draft_ratio: at most ``ceil(draft_ratio * n) + 1`` draft tokens per round
-            that asks for n target tokens.
+            that asks for n target tokens (text path).
+        tli: True: always token-level intersection (the token map is built now);
+            False: always through text; None: intersection when sampling, text when
+            greedy (the map is built on the first sampled proposal).
     """
 
     def __init__(
@@ -113,11 +123,14 @@ class CrossVocabDrafter:
         *,
         name: str | None = None,
         draft_ratio: float = DEFAULT_DRAFT_RATIO,
+        tli: bool | None = None,
     ) -> None:
         self.target = target
         self.model = draft
         self.name = name or f"{draft.path.name} (cross-vocab)"
         self.draft_ratio = draft_ratio
+        self.tli = tli
+        self._tmap = TokenMap(target, draft) if tli else None
         self._t = Codec(target)
         self._d = Codec(draft)
         # a word starts a segment; newlines too unless a space prefix would be added
@@ -156,6 +169,8 @@ class CrossVocabDrafter:
         if n <= 0 or not context:
             return Draft([], [])
         dctx, window = self._translate_context(context)
+        if self.tli if self.tli is not None else not sampling.greedy:
+            return propose_shared(self.model, self.token_map, dctx, n, sampling, rng, keep)
         m = self.model
         budget = min(math.ceil(self.draft_ratio * n) + 1, m.n_ctx - len(dctx))
         if not dctx or budget <= 0:
@@ -198,6 +213,13 @@ class CrossVocabDrafter:
         # a proposal drawn from the draft's sampler, reported as a point mass: exact
         q = [] if sampling.greedy else [TokenDist(np.array([t]), np.array([1.0])) for t in tokens]
         return Draft(tokens, q, calls)
+
+    @property
+    def token_map(self) -> TokenMap:
+        """The tokens both vocabularies share (built on first use)."""
+        if self._tmap is None:
+            self._tmap = TokenMap(self.target, self.model)
+        return self._tmap
 
     # --- translation ----------------------------------------------------------
 
@@ -274,7 +296,8 @@ class CrossVocabDrafter:
 
     def _encode_segment(self, tokens: Sequence[int], text: str) -> list[int]:
         """Draft tokens for a segment: target ``tokens`` whose text is ``text``."""
-        return self._d.encode(text)
+        twins = self._tmap.twins(tokens) if self._tmap is not None else None
+        return twins if twins is not None else self._d.encode(text)
 
 
 def _approve(tokens: list[int], approved: int, upto: int, keep: KeepDrafting, conf: float) -> int:
@@ -283,9 +306,3 @@ def _approve(tokens: list[int], approved: int, upto: int, keep: KeepDrafting, co
     while approved < upto and keep(approved + 1, conf):
         approved += 1
     return approved
-
-
-def _top_probability(logits: np.ndarray) -> float:
-    """Softmax probability of the argmax token."""
-    z = logits - logits.max()
-    return float(1.0 / np.exp(z, dtype=np.float32).sum())
