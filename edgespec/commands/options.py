@@ -26,7 +26,8 @@ def add_model_options(
     p.add_argument(
         "--draft",
         default=draft,
-        help="draft: .gguf path, model name, ngram (prompt lookup), or none",
+        help="draft: .gguf path or model name (any vocabulary), ngram (prompt lookup), "
+        "ngram+MODEL (n-gram, else the model), or none",
     )
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
     p.add_argument("--ctx", type=int, default=None, help="context length in tokens")
