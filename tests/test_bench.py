@@ -227,7 +227,8 @@ def test_builtin_workloads() -> None:
     assert edit.greedy and not edit.chat
     source = edit.prompt.split("```python\n")[1].split("```")[0]
     assert 2000 < len(source) < 3200  # a ~2.5 kB file to copy
-    assert edit.prompt.rstrip().endswith(source.splitlines()[0])  # the copy has begun
+    begun = edit.prompt.rsplit("```python\n", 1)[1]
+    assert begun and source.startswith(begun)  # the rewritten copy has begun
 
 
 def test_select_workloads(tmp_path: Path) -> None:

@@ -57,7 +57,7 @@ def write_chart(report: Mapping[str, Any], path: str | Path) -> Path:
                             va="bottom", fontsize=7, rotation=90, xytext=(0, 2),
                             textcoords="offset points")  # fmt: skip
     ax.axhline(1.0, color="black", lw=1)
-    ax.text(n_w - 0.5, 1.0, " plain = 1.0", va="bottom", ha="right", fontsize=8)
+    ax.text(-0.45, 1.0, "plain = 1.0", va="bottom", ha="left", fontsize=8)
     ax.set_xticks(range(n_w))
     ax.set_xticklabels([f"{w}\nT={report['workloads'][w]['temperature']:g}" for w in workloads])
     ax.set_ylabel("speed-up vs plain decoding (median of per-rep ratios)")
@@ -69,25 +69,45 @@ def write_chart(report: Mapping[str, Any], path: str | Path) -> Path:
         f"{report['reps']} reps (measured on this machine)",
         fontsize=10,
     )
-    drafters = list(report["drafters"])
     for j, wname in enumerate(workloads):
         hax = fig.add_subplot(grid[1, j])
-        rows = report["workloads"][wname]["configs"]
-        for i, d in enumerate(drafters):
-            hist = rows.get(f"{d} auto", {}).get("accepted_hist") or []
+        w = report["workloads"][wname]
+        hists = _histograms(w)
+        width = 0.8 / max(len(hists), 1)
+        for i, (name, (series_name, hist)) in enumerate(hists.items()):
             total = sum(hist)
-            if not total:
-                continue
-            xs = [k + (i - (len(drafters) - 1) / 2) * 0.8 / len(drafters) for k in range(len(hist))]
-            hax.bar(xs, [h / total for h in hist], 0.8 / len(drafters), label=f"{d} auto",
-                    color=colors[i % len(colors)])  # fmt: skip
+            xs = [k + (i - (len(hists) - 1) / 2) * width for k in range(len(hist))]
+            names = list(series)
+            k = names.index(series_name) if series_name in names else len(names) + i
+            color = colors[k % len(colors)]
+            hax.bar(xs, [h / total for h in hist], width, label=name, color=color)
         hax.set_title(wname, fontsize=9)
         hax.set_xlabel("draft tokens accepted per round", fontsize=8)
+        hax.set_ylim(0, 1)
         if j == 0:
             hax.set_ylabel("share of drafting rounds", fontsize=8)
-            hax.legend(fontsize=7)
+        if hists:
+            hax.legend(fontsize=6)
+        else:
+            hax.text(0.5, 0.5, "no drafting rounds", ha="center", transform=hax.transAxes)
         hax.tick_params(labelsize=7)
     out = Path(path)
     fig.savefig(out, dpi=110)
     plt.close(fig)
+    return out
+
+
+def _histograms(workload: Mapping[str, Any]) -> dict[str, tuple[str, list[int]]]:
+    """Accepted-length histograms worth showing: each drafter's auto and best fixed gamma,
+    as label -> (the bar series drawn in the same colour, counts)."""
+    rows = workload["configs"]
+    out: dict[str, tuple[str, list[int]]] = {}
+    for d, a in workload["auto"].items():
+        labels = [(f"{d} auto", f"{d} auto")]
+        if a.get("best_fixed_gamma") is not None:
+            labels.append((f"{d} g={a['best_fixed_gamma']}", f"{d} best fixed"))
+        for label, series_name in labels:
+            hist = rows.get(label, {}).get("accepted_hist") or []
+            if sum(hist):
+                out[label] = (series_name, hist)
     return out
