@@ -300,8 +300,8 @@ REAL_PROMPTS = [
 def test_smollm2_drafts_for_gemma(real_model_paths) -> None:
     """SmolLM2 135M (BPE, 49k tokens) drafting for Gemma 3 270M (SentencePiece, 262k)."""
     with (
-        LlamaModel(real_model_paths["gemma-3-270m"], n_ctx=1024) as gemma,
-        LlamaModel(real_model_paths["smollm2-135m-instruct"], n_ctx=1024) as smol,
+        LlamaModel(real_model_paths["gemma-3-270m"], n_ctx=1024, n_threads=1) as gemma,
+        LlamaModel(real_model_paths["smollm2-135m-instruct"], n_ctx=1024, n_threads=1) as smol,
     ):
         assert incompatibility(gemma, smol) is not None
         rates = {}
@@ -319,7 +319,9 @@ def test_smollm2_drafts_for_gemma(real_model_paths) -> None:
         # sampling: token-level intersection by default
         drafter = CrossVocabDrafter(gemma, smol)
         sp = SamplingParams(temperature=0.8)
-        spec = generate(gemma, REAL_PROMPTS[0], drafter=drafter, max_tokens=32, sampling=sp, seed=1)
+        spec = generate(
+            gemma, REAL_PROMPTS[0], drafter=drafter, max_tokens=32, gamma=4, sampling=sp, seed=1
+        )
         assert len(spec.tokens) == 32 or spec.stop_reason.value == "eog"
         rates["tli, T=0.8"] = spec.stats.accepted / spec.stats.drafted
         print(f"SmolLM2 -> Gemma acceptance: {rates}")
