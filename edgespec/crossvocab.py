@@ -169,7 +169,8 @@ class CrossVocabDrafter:
         if n <= 0 or not context:
             return Draft([], [])
         dctx, window = self._translate_context(context)
-        if self.tli if self.tli is not None else not sampling.greedy:
+        use_tli = self.tli if self.tli is not None else not sampling.greedy
+        if use_tli:
             return propose_shared(self.model, self.token_map, dctx, n, sampling, rng, keep)
         m = self.model
         budget = min(math.ceil(self.draft_ratio * n) + 1, m.n_ctx - len(dctx))
@@ -180,8 +181,7 @@ class CrossVocabDrafter:
         calls = 1
         text = bytearray()
         tokens: list[int] = []
-        approved = 0  # leading tokens keep() has agreed to
-        confidence = 1.0
+        confidence = 1.0  # the draft's probability of its text so far
         for i in range(budget):
             if sampling.greedy:
                 x = int(greedy_tokens(logits)[0])
@@ -198,18 +198,14 @@ class CrossVocabDrafter:
                 break
             text += self._d.piece(x)
             tokens = self.to_target(window, bytes(text))
-            if keep is not None:
-                approved = _approve(tokens, approved, min(n, len(tokens)), keep, confidence)
-                if approved < min(n, len(tokens)):
-                    break
-            if len(tokens) >= n:
+            if len(tokens) >= n or (keep and _kept(tokens, keep, confidence) < len(tokens)):
                 break
             if i + 1 < budget:
                 logits = m.decode([x], logits="last")
                 calls += 1
-        if keep is not None:
-            tokens = tokens[: _approve(tokens, approved, min(n, len(tokens)), keep, confidence)]
         tokens = tokens[:n]
+        if keep is not None:
+            tokens = tokens[: _kept(tokens, keep, confidence)]
         # a proposal drawn from the draft's sampler, reported as a point mass: exact
         q = [] if sampling.greedy else [TokenDist(np.array([t]), np.array([1.0])) for t in tokens]
         return Draft(tokens, q, calls)
@@ -300,9 +296,9 @@ class CrossVocabDrafter:
         return twins if twins is not None else self._d.encode(text)
 
 
-def _approve(tokens: list[int], approved: int, upto: int, keep: KeepDrafting, conf: float) -> int:
-    """How many leading tokens keep() agrees to: those approved before, then more up to
-    ``upto`` while keep(i, conf) says yes."""
-    while approved < upto and keep(approved + 1, conf):
-        approved += 1
-    return approved
+def _kept(tokens: list[int], keep: KeepDrafting, confidence: float) -> int:
+    """How many leading tokens keep() agrees to verify, at the draft's confidence."""
+    k = 0
+    while k < len(tokens) and keep(k + 1, confidence):
+        k += 1
+    return k

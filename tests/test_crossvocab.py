@@ -112,6 +112,34 @@ def test_token_intersection_maps_tokens_and_q(models) -> None:
         assert q.prob(x) > 0 and np.all(np.isin(q.ids, list(tmap.to_draft)))
 
 
+@pytest.mark.parametrize("tli", [False, True], ids=["text", "tli"])
+def test_keep_stops_drafting_early(models, tli: bool) -> None:
+    target = models["target"]
+    d = CrossVocabDrafter(target, models["draft_permuted"], tli=tli)
+    context = target.tokenize("The people of the world", add_special=True)
+    asked: list[tuple[int, float]] = []
+
+    def two(i: int, confidence: float) -> bool:
+        asked.append((i, confidence))
+        return i <= 2
+
+    full = d.propose(context, 5, GREEDY, RNG)
+    short = d.propose(context, 5, GREEDY, RNG, keep=two)
+    assert len(full.tokens) == 5 and short.tokens == full.tokens[:2]
+    assert short.model_calls < full.model_calls
+    assert all(0 < c <= 1 for _, c in asked)
+    assert d.propose(context, 5, GREEDY, RNG, keep=lambda i, c: False).tokens == []
+
+
+def test_adaptive_gamma_keeps_greedy_output(models) -> None:
+    target = models["target"]
+    drafter = CrossVocabDrafter(target, models["draft_permuted"])
+    for prompt in PROMPTS[:2]:
+        plain = generate(target, prompt, max_tokens=32, gamma=0)
+        spec = generate(target, prompt, drafter=drafter, max_tokens=32, gamma="auto")
+        assert spec.tokens == plain.tokens
+
+
 # ----------------------------------------------------------------------------- exactness
 
 
