@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Protocol
 
 from edgespec.backend import LlamaModel
-from edgespec.compat import check_compatible
-from edgespec.drafters import Drafter, ModelDrafter
+from edgespec.drafters import CompositeDrafter, Drafter
 from edgespec.engine import DEFAULT_GAMMA, DEFAULT_MAX_TOKENS, stream_generate
 from edgespec.events import Event, RoundEvent
-from edgespec.loading import NGRAM, NO_DRAFT, load_pair, resolve_model
+from edgespec.loading import NGRAM, NO_DRAFT, load_pair, model_drafter, resolve_model
 from edgespec.ngram import NgramDrafter
 from edgespec.sampling import (
     DEFAULT_MIN_P,
@@ -170,18 +169,19 @@ class LlamaChatEngine:
             new = NgramDrafter()
         elif choice != "none":
             spec = self.choice.target if choice == SELF_DRAFT else self.choice.draft
+            composite = spec.lower().startswith(NGRAM + "+")
+            if composite:
+                spec = spec[len(NGRAM) + 1 :].strip()
             model = LlamaModel(
                 resolve_model(spec),
                 n_ctx=self.target.n_ctx,
                 n_threads=self.choice.threads,
                 n_gpu_layers=self.choice.draft_gpu_layers,
             )
-            try:
-                check_compatible(self.target, model)
-            except BaseException:
-                model.close()
-                raise
-            new = ModelDrafter(model)
+            # same vocabulary: a plain model drafter; another one: drafting through text
+            new = model_drafter(self.target, model, spec)
+            if composite:
+                new = CompositeDrafter(NgramDrafter(), new)
         self._close_drafter()
         self.drafter, self._draft_choice = new, choice
 
