@@ -24,6 +24,7 @@ from edgespec.bench.stats import (
     median_ratio,
     rounds_projection,
     summarise,
+    verify_ceiling,
 )
 from edgespec.bench.workloads import builtin_workloads, parse_workload, select_workloads
 from edgespec.cli import main
@@ -93,6 +94,14 @@ def test_rounds_projection() -> None:
     assert rounds_projection(3.0, 4.0, 0.0) == pytest.approx(3.0)
     assert rounds_projection(3.0, 4.0, 0.25) == pytest.approx(1.5)
     assert rounds_projection(0.0, 4.0, 0.25) == 0.0
+
+
+def test_verify_ceiling() -> None:
+    # a 10-token verify at 5x one token: 2x at best, however good the drafter
+    k, best = verify_ceiling([0.02, 0.046, 0.054, 0.06, 0.08] + [0.1] * 5 + [0.11, 0.12])
+    assert (k, best) == (10, pytest.approx(2.0))
+    assert verify_ceiling([0.01] * 4) == (4, pytest.approx(4.0))  # free batches
+    assert verify_ceiling([]) == (1, 1.0)
 
 
 def test_paired_ratios_skip_failed_reps() -> None:
@@ -286,7 +295,8 @@ def test_bench_cli_writes_json_and_png(
     assert rows["draft_noisy g=2"]["gamma_mean"] > 0
     assert sum(rows["draft_noisy g=2"]["accepted_hist"]) > 0
     assert rows["llama-lookup n=2"]["acceptance_rate"] == pytest.approx(24 / 28)
-    assert "projection" in rows["ngram auto"]
+    assert "projection" in rows["ngram auto"] and "projection" not in rows["llama-lookup n=2"]
+    assert report["verify_ceiling"]["speedup"] >= 1.0
     tiny_w = report["workloads"]["tiny"]
     assert tiny_w["auto"]["ngram"]["best_fixed_gamma"] == 2
     assert tiny_w["llama_lookup_best"] in (2, 4) and tiny_w["vs_llama_lookup"] > 0

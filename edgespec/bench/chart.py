@@ -38,6 +38,7 @@ def write_chart(report: Mapping[str, Any], path: str | Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     workloads = list(report["workloads"])
     series = chart_series(report)
@@ -56,14 +57,13 @@ def write_chart(report: Mapping[str, Any], path: str | Path) -> Path:
                 ax.annotate(f"{y:.2f}", (b.get_x() + b.get_width() / 2, y), ha="center",
                             va="bottom", fontsize=7, rotation=90, xytext=(0, 2),
                             textcoords="offset points")  # fmt: skip
-    ax.axhline(1.0, color="black", lw=1)
-    ax.text(-0.45, 1.0, "plain = 1.0", va="bottom", ha="left", fontsize=8)
+    ax.axhline(1.0, color="black", lw=1, label="plain decoding = 1.0")
     ax.set_xticks(range(n_w))
     ax.set_xticklabels([f"{w}\nT={report['workloads'][w]['temperature']:g}" for w in workloads])
     ax.set_ylabel("speed-up vs plain decoding (median of per-rep ratios)")
     top = max((v for s in series.values() for v in s.values()), default=1.0)
     ax.set_ylim(0, max(1.5, top * 1.2))
-    ax.legend(loc="upper left", fontsize=8, ncols=min(len(series), 4))
+    ax.legend(loc="upper left", fontsize=8, ncols=min(len(series) + 1, 5))
     ax.set_title(
         f"edgespec bench: {Path(report['target']).name}, {report['threads']} threads, "
         f"{report['reps']} reps (measured on this machine)",
@@ -91,6 +91,7 @@ def write_chart(report: Mapping[str, Any], path: str | Path) -> Path:
         else:
             hax.text(0.5, 0.5, "no drafting rounds", ha="center", transform=hax.transAxes)
         hax.tick_params(labelsize=7)
+        hax.xaxis.set_major_locator(MaxNLocator(integer=True))
     out = Path(path)
     fig.savefig(out, dpi=110)
     plt.close(fig)

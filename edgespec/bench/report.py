@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import llamacpp
-from .stats import RunRecord, best_key, check_goals, median_ratio, summarise
+from .stats import RunRecord, best_key, check_goals, median_ratio, summarise, verify_ceiling
 from .workloads import Workload
 
 PLAIN = "plain"
@@ -36,7 +36,7 @@ def build_report(
                 "kind": cfg["kind"],
                 "drafter": cfg["drafter"],
                 "gamma": cfg["gamma"],
-                **summarise(recs, plain, _cost_ratio(cfg, drafters, info)),
+                **summarise(recs, plain, _cost_ratio(cfg, drafters)),
             }
         w = by_name[wname]
         entry: dict[str, Any] = {
@@ -74,19 +74,27 @@ def build_report(
                     "ratio": median_ratio(_tps(per[f"{spec} auto"]), _tps(per[best_spec])),
                 }
         out[wname] = entry
-    return {**meta, **info, "workloads": out, "goals": check_goals(out)}
+    return finish({**meta, **info, "workloads": out, "goals": check_goals(out)})
 
 
-def _cost_ratio(cfg: Mapping[str, Any], drafters: Mapping[str, Any], info: Mapping[str, Any]):
+def finish(report: dict[str, Any]) -> dict[str, Any]:
+    """Figures derived from a report's own data (idempotent; also brings an older saved
+    report up to date): the verify-cost ceiling, no projection for llama.cpp rows."""
+    curve = report.get("calibration", {}).get("target")
+    if curve:
+        k, ceiling = verify_ceiling(curve)
+        report["verify_ceiling"] = {"batch": k, "speedup": ceiling}
+    for w in report.get("workloads", {}).values():
+        for row in w["configs"].values():
+            if row.get("kind") != "edgespec":
+                row.pop("projection", None)
+    return report
+
+
+def _cost_ratio(cfg: Mapping[str, Any], drafters: Mapping[str, Any]) -> float | None:
     """c for the projection: 0 for n-gram lookups, draft/target weight bytes for models."""
-    if cfg["label"] == PLAIN:
-        return None
-    if cfg["kind"] == llamacpp.LOOKUP:
-        return 0.0
-    if cfg["kind"] == llamacpp.SPECULATIVE:
-        from pathlib import Path
-
-        return Path(cfg["drafter"]).stat().st_size / info["target_size_bytes"]
+    if cfg["label"] == PLAIN or cfg["kind"] != "edgespec":
+        return None  # llama.cpp prints no per-round figures to project from
     return drafters[cfg["drafter"]]["cost_ratio"]
 
 
@@ -172,9 +180,14 @@ def text_report(report: Mapping[str, Any]) -> str:
     parts = [
         f"target {report['target']}, {report['threads']} threads, {report['reps']} reps "
         f"(medians; speed-ups are medians of per-rep ratios)",
-        "",
-        summary_table(report),
     ]
+    if report.get("verify_ceiling"):
+        v = report["verify_ceiling"]
+        parts.append(
+            f"verify-cost ceiling (calibrated curve): at most {v['speedup']:.2f}x over plain "
+            f"even with every draft accepted (best at {v['batch']}-token verifies)"
+        )
+    parts += ["", summary_table(report)]
     for wname in report["workloads"]:
         parts += ["", f"### {wname}", "", detail_table(report, wname)]
     parts += ["", PROJECTION_NOTE, "", goals_table(report)]

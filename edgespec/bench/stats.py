@@ -90,6 +90,19 @@ def rounds_projection(tokens_per_call: float, gamma_mean: float, cost_ratio: flo
     return tokens_per_call / (1.0 + cost_ratio * gamma_mean)
 
 
+def verify_ceiling(seconds: Sequence[float]) -> tuple[int, float]:
+    """The best speed-up any drafter could reach on this cost curve, and at which batch size.
+
+    seconds[k-1] is one target call on k tokens. With every draft token accepted a
+    call on k tokens yields k tokens, so the speed-up over plain decoding is at most
+    max_k k * seconds[0] / seconds[k-1].
+    """
+    if not seconds or seconds[0] <= 0:
+        return 1, 1.0
+    best = max(range(1, len(seconds) + 1), key=lambda k: k * seconds[0] / seconds[k - 1])
+    return best, best * seconds[0] / seconds[best - 1]
+
+
 def histogram(lengths: Iterable[int], max_len: int | None = None) -> list[int]:
     """counts[k] = rounds that accepted exactly k draft tokens, k = 0..max."""
     vals = list(lengths)

@@ -147,11 +147,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _rerender(saved: Path, chart: Path | None) -> int:
     """Print the tables of a saved report and redraw its chart."""
-    from ..bench.report import text_report
+    from ..bench.report import finish, text_report
 
     try:
-        report = json.loads(saved.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
+        report = finish(json.loads(saved.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, AttributeError) as e:
         raise InvalidParameterError(f"cannot read report {saved}: {e}") from None
     print(text_report(report))
     if chart is not None:
