@@ -306,6 +306,15 @@ def test_bench_cli_writes_json_and_png(
     assert "| tiny |" in text and "projection, not a measurement" in text
 
 
+def test_short_drafter_names() -> None:
+    from edgespec.bench.runner import short_name
+
+    assert short_name("ngram") == "ngram"
+    assert short_name("/m/draft.gguf") == "draft"
+    assert short_name("ngram+/m/draft.gguf") == "ngram+draft"
+    assert short_name("qwen2.5-coder-0.5b-instruct") == "qwen2.5-coder-0.5b-instruct"
+
+
 def test_bench_rerenders_from_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     records = {
         "tiny": {

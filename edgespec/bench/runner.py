@@ -111,10 +111,11 @@ class LoadedDrafter:
 
 
 def short_name(spec: str) -> str:
-    """A drafter spec as a label: a .gguf path becomes its file stem."""
-    if spec.endswith(".gguf") or "/" in spec:
-        return Path(spec).name.removesuffix(".gguf")
-    return spec
+    """A drafter spec as a label: .gguf paths become file stems (``ngram+MODEL`` too)."""
+    parts = spec.split("+")
+    return "+".join(
+        Path(p).name.removesuffix(".gguf") if p.endswith(".gguf") or "/" in p else p for p in parts
+    )
 
 
 def configs_for(setup: BenchSetup, drafters: dict[str, LoadedDrafter]) -> list[Config]:
