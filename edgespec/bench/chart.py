@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..errors import InvalidParameterError
 from . import llamacpp
 
 PLAIN = "plain"
@@ -34,7 +35,12 @@ def chart_series(report: Mapping[str, Any]) -> dict[str, dict[str, float]]:
 
 def write_chart(report: Mapping[str, Any], path: str | Path) -> Path:
     """Draw the chart into path (PNG) with matplotlib's Agg backend."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise InvalidParameterError(
+            "--chart needs matplotlib (pip install matplotlib, or install edgespec[dev])"
+        ) from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
