@@ -20,8 +20,8 @@ from .costs import CostCurve
 
 DEFAULT_MAX_GAMMA = 16
 DISCOUNT = 0.95  # weight of past observations per new one (memory of ~20 rounds)
-PRIOR_ACCEPT = 0.5  # optimistic-enough prior: a fresh drafter gets tried
-PRIOR_WEIGHT = 2.0
+PRIOR_ACCEPT = 0.5  # prior for the first position: a fresh drafter gets tried
+PRIOR_WEIGHT = 2.0  # pseudo-observations behind each position's prior
 SCALE_DISCOUNT = 0.9
 FIRST_PROBE_AFTER = 8  # rounds without drafting before a one-token probe; doubles each time
 PLAIN_REFRESH = 32  # drafting rounds in a row before a plain one re-measures the baseline
@@ -37,12 +37,20 @@ class AcceptanceEstimate:
     tries: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.hits = [PRIOR_ACCEPT * PRIOR_WEIGHT] * self.max_gamma
-        self.tries = [PRIOR_WEIGHT] * self.max_gamma
+        self.hits = [0.0] * self.max_gamma
+        self.tries = [0.0] * self.max_gamma
 
     def rate(self, i: int) -> float:
-        """Estimated P(token i accepted | tokens before it accepted)."""
-        return self.hits[i - 1] / self.tries[i - 1]
+        """Estimated P(token i accepted | tokens before it accepted).
+
+        Each position's prior is the estimate of the position before it, so a
+        drafter that keeps being right at 1..i is tried at i + 1 rather than held
+        back by a flat prior at positions it has never reached.
+        """
+        prior = PRIOR_ACCEPT
+        for j in range(i):
+            prior = (self.hits[j] + PRIOR_WEIGHT * prior) / (self.tries[j] + PRIOR_WEIGHT)
+        return prior
 
     def observe(self, drafted: int, accepted: int) -> None:
         """A round verified `drafted` tokens and kept the first `accepted`."""

@@ -22,9 +22,8 @@ GPU_LIKE = CostCurve(model="m", key="k", seconds=tuple(0.01 * (1 + 0.02 * k) for
 
 def policy_with_rate(curve: CostCurve, rate: float, *, step: float = 0.0) -> AdaptiveGamma:
     p = AdaptiveGamma(curve, draft_step_s=step)
-    for _ in range(200):  # converge the discounted estimates to `rate` at every position
-        for i in range(p.max_gamma):
-            p.accept.hits[i] = rate * p.accept.tries[i]
+    p.accept.tries = [1000.0] * p.max_gamma  # well-observed: `rate` at every position
+    p.accept.hits = [rate * 1000.0] * p.max_gamma
     return p
 
 
@@ -90,7 +89,8 @@ def test_a_wrong_calibration_is_corrected_by_measured_rounds() -> None:
     for _ in range(40):  # what rounds really cost: the CPU curve
         g = p.choose(16)
         p.observe(g, 0, verify_s=CPU.cost(g + 1))
-        p.accept.hits = [0.3 * t for t in p.accept.tries]
+        p.accept.tries = [1000.0] * p.max_gamma
+        p.accept.hits = [300.0] * p.max_gamma
     assert p.choose(16) == 0
 
 
@@ -139,3 +139,11 @@ def test_auto_gamma_keeps_greedy_output_exact(synthetic_models, draft: str) -> N
         assert len(s.position_acceptance) == len(s.position_tried)
         if draft == "draft_unrelated":
             assert s.gamma_mean < 0.5  # learns quickly that drafting does not pay
+
+
+def test_untried_positions_inherit_the_estimate_before_them() -> None:
+    p = AdaptiveGamma(CPU, draft_step_s=0.0)
+    for _ in range(30):  # the lookup was right at positions 1..3 every time
+        p.observe(3, 3, verify_s=CPU.cost(4))
+    assert p.accept.rate(8) > 0.9  # so positions never tried look promising too
+    assert p.choose(16) > 3
