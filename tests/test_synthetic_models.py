@@ -50,7 +50,8 @@ def _tokens(path: pathlib.Path) -> list[str]:
 
 
 def test_all_models_written(models: dict[str, pathlib.Path]) -> None:
-    assert sorted(models) == sorted(NAMES)
+    # the models every test relies on; later additions (other vocabularies, FIM) too
+    assert set(NAMES) <= set(models)
     for name, path in models.items():
         assert path.name == f"{name}.gguf"
         assert path.stat().st_size > 0
