@@ -118,7 +118,7 @@ class AdaptiveGamma:
                 best_g = 0
         else:
             self._since_plain = 0
-        if best_g == 0 and limit > 0 and self.draft_step_s > 0:
+        if best_g == 0 and limit > 0 and self.draft_step_s > 0 and self._could_pay(limit):
             # the estimates can only recover if someone drafts: probe rarely, with backoff
             self._idle_rounds += 1
             if self._idle_rounds >= self._probe_after:
@@ -130,6 +130,14 @@ class AdaptiveGamma:
             self._probe_after = FIRST_PROBE_AFTER
         self.chosen.append(best_g)
         return best_g
+
+    def _could_pay(self, limit: int) -> bool:
+        """Would drafting beat plain decoding even if every draft token were accepted?
+
+        A draft model as slow as its target never can: then probing only loses.
+        """
+        floor = MIN_GAIN / self.round_cost(0)
+        return any((g + 1) / self.round_cost(g) > floor for g in range(1, limit + 1))
 
     def keep_drafting(self, i: int, cumulative_conf: float) -> bool:
         """Early stop for model drafters: is draft token i (1-based) worth verifying?

@@ -147,3 +147,9 @@ def test_untried_positions_inherit_the_estimate_before_them() -> None:
         p.observe(3, 3, verify_s=CPU.cost(4))
     assert p.accept.rate(8) > 0.9  # so positions never tried look promising too
     assert p.choose(16) > 3
+
+
+def test_no_probes_when_even_full_acceptance_cannot_pay() -> None:
+    # a draft step as slow as a target step (a model drafting for itself on this CPU)
+    p = policy_with_rate(CPU, 0.0, step=CPU.cost(1))
+    assert not any(p.choose(16) for _ in range(FIRST_PROBE_AFTER * 8))
