@@ -66,6 +66,12 @@ class EdgespecServer(ThreadingHTTPServer):
         self.model_names = {session.name, path.name, path.stem}
         super().__init__(address, Handler)
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection's unexpected failure: a client that reset it is no news."""
+        exc = sys.exc_info()[1]
+        if not isinstance(exc, ConnectionError | TimeoutError):
+            self.log(f"error on a connection from {client_address[0]}: {exc!r}")
+
     def close(self) -> None:
         """Stop serving (call from another thread than serve_forever's) and free the socket."""
         self.shutdown()

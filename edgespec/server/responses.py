@@ -180,7 +180,8 @@ def infill_body(
         "has_new_line": "\n" in result.text,
         "truncated": truncated,
         "stop_type": _STOP_TYPE.get(result.stop, "none"),
-        "stopping_word": stop_words[0] if result.stop == "stop" and stop_words else "",
+        # which stop string matched is known only when there is one
+        "stopping_word": stop_words[0] if result.stop == "stop" and len(stop_words) == 1 else "",
         "fim": fim,
         "timings": timings(result.stats, session, result),
     }
