@@ -6,7 +6,8 @@ the engine's and the completion loop's; the rules here work on lines:
 * **max lines**: the completion keeps at most ``max_lines`` lines (the first one
   being the rest of the cursor's line);
 * **indentation** (llama.cpp's ``n_indent``): a later line indented less than
-  ``min_indent`` columns ends the completion before it;
+  ``min_indent`` columns ends the completion before it (and the blank lines
+  before it), e.g. at the end of the function the cursor is in;
 * **suffix repetition**: a model (above all one without FIM tokens, which never
   sees the suffix) often goes on to write the code that follows the cursor.
   When the completion's lines, from a line start, repeat the suffix's next
@@ -133,7 +134,7 @@ class CodeStop:
             for i in range(1, len(lines)):
                 body = lines[i].lstrip(" \t")
                 if body.strip() and len(lines[i]) - len(body) < self._min_indent:
-                    cuts.append((starts[i] - 1, "indent"))
+                    cuts.append((self._trimmed_end(starts[i], trim_rest=False), "indent"))
                     break
         if self._needle:
             for i in range(self._first_live, len(lines)):
@@ -168,8 +169,12 @@ class CodeStop:
                 return _Match.DEAD, matched
         return _Match.LIVE, matched
 
-    def _trimmed_end(self, start: int) -> int:
-        """Where the text ends if the suffix repetition starts at offset ``start``."""
+    def _trimmed_end(self, start: int, *, trim_rest: bool = True) -> int:
+        """Where the text ends when cut before the line at offset ``start``.
+
+        Trailing blank lines go (the suffix has its own line breaks); with
+        ``trim_rest`` (a suffix repetition) so does a repeated rest of the cursor line.
+        """
         kept = self.text[:start]
         end = len(kept.rstrip())
         if end == 0:
@@ -179,7 +184,7 @@ class CodeStop:
             nl = kept.find("\n", end)
             return nl + 1 if nl >= 0 else end
         # the suffix supplies the line break, and the rest of the cursor's line
-        if self._rest and "\n" not in kept[:end] and kept[:end].endswith(self._rest):
+        if trim_rest and self._rest and "\n" not in kept[:end] and kept[:end].endswith(self._rest):
             end -= len(self._rest)
         return end
 

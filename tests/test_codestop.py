@@ -61,7 +61,10 @@ def test_max_lines() -> None:
 
 
 def test_min_indent() -> None:
-    out, reason, _ = run("", "    a\n    b\n\nc = 1\n", min_indent=4)
+    out, reason, _ = run("\n", "a\n    b\n\nc = 1\n", min_indent=4)
+    assert (out, reason) == ("a\n    b", "indent")
+    # at a line start the completion keeps its last line break
+    out, reason, _ = run("", "    a\n    b\n\n\ndef g():\n", at_line_start=True, min_indent=4)
     assert (out, reason) == ("    a\n    b\n", "indent")
 
 

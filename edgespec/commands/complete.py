@@ -46,6 +46,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=DEFAULT_MAX_LINES,
         help=f"most lines to complete (default {DEFAULT_MAX_LINES}; 0: no limit)",
     )
+    p.add_argument(
+        "--min-indent",
+        type=int,
+        default=None,
+        help="end before a line indented less than this (default: the cursor line's "
+        "indentation, so a completion stays in its block; 0: no limit)",
+    )
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")
     p.set_defaults(run=run)
@@ -58,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidParameterError(f"max-tokens must be >= 0, got {args.max_tokens}")
     if args.max_lines < 0:
         raise InvalidParameterError(f"max-lines must be >= 0, got {args.max_lines}")
+    if args.min_indent is not None and args.min_indent < 0:
+        raise InvalidParameterError(f"min-indent must be >= 0, got {args.min_indent}")
     try:
         text = args.file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
@@ -78,7 +87,11 @@ def run(args: argparse.Namespace) -> int:
             f"edgespec: {session.name} has no FIM tokens: completing from the prefix only",
             file=sys.stderr,
         )
-    rules = CodeRules(suffix, fp.prefix_at_line_start, args.max_lines or None)
+    min_indent = args.min_indent
+    if min_indent is None:
+        line = prefix.rsplit("\n", 1)[-1] + suffix.split("\n", 1)[0]
+        min_indent = len(line) - len(line.lstrip(" \t")) if line.strip() else len(line)
+    rules = CodeRules(suffix, fp.prefix_at_line_start, args.max_lines or None, min_indent or None)
     req = CompletionRequest(
         fp.tokens, args.max_tokens, sampling, args.seed, tuple(args.stop), rules
     )
