@@ -121,18 +121,29 @@ def calibration_file() -> Path:
 def load_or_measure(
     model: LlamaModel, *, max_k: int = MAX_VERIFY, refresh: bool = False
 ) -> CostCurve:
-    """The cached curve for this model and machine, measuring (and caching) it if absent."""
+    """The cached curve for this model and machine, measuring (and caching) it if absent.
+
+    Every curve is also kept for the life of the process, a noisy one included:
+    measuring empties the model's KV cache, so it must not happen on every request.
+    """
     key = machine_key(model, max_k)
+    if not refresh and key in _process_curves:
+        return _process_curves[key]
     path = calibration_file()
     cache = _read_cache(path)
     if not refresh and key in cache:
         entry = cache[key]
-        return CostCurve(model=entry["model"], key=key, seconds=tuple(entry["seconds"]))
-    curve = measure_curve(model, max_k=max_k)
-    if not curve.noisy:  # a busy machine's curve is used for this run only
-        cache[key] = asdict(curve)
-        _write_cache(path, cache)
+        curve = CostCurve(model=entry["model"], key=key, seconds=tuple(entry["seconds"]))
+    else:
+        curve = measure_curve(model, max_k=max_k)
+        if not curve.noisy:  # a busy machine's curve is kept for this process only
+            cache[key] = asdict(curve)
+            _write_cache(path, cache)
+    _process_curves[key] = curve
     return curve
+
+
+_process_curves: dict[str, CostCurve] = {}
 
 
 def _read_cache(path: Path) -> dict:

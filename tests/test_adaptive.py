@@ -97,6 +97,7 @@ def test_a_wrong_calibration_is_corrected_by_measured_rounds() -> None:
 def test_calibration_is_cached(synthetic_models, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("EDGESPEC_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(costs, "NOISY_SPREAD", float("inf"))  # however busy the machine
+    monkeypatch.setattr(costs, "_process_curves", {})
     with LlamaModel(synthetic_models["target"], n_ctx=256, n_threads=1) as m:
         curve = load_or_measure(m, max_k=5)
         assert len(curve.seconds) == 5
@@ -105,16 +106,24 @@ def test_calibration_is_cached(synthetic_models, tmp_path, monkeypatch) -> None:
         assert curve.key in cached
         cached[curve.key]["seconds"] = [1, 2, 3, 4, 5]
         (tmp_path / "calibration.json").write_text(json.dumps(cached))
+        costs._process_curves.clear()
         assert load_or_measure(m, max_k=5).seconds == (1, 2, 3, 4, 5)
         (tmp_path / "calibration.json").write_text("{not json")
+        costs._process_curves.clear()
         assert len(load_or_measure(m, max_k=5).seconds) == 5  # corrupt cache: measured again
 
 
 def test_a_noisy_calibration_is_not_cached(synthetic_models, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("EDGESPEC_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(costs, "NOISY_SPREAD", 0.0)  # every repetition counts as disturbed
+    monkeypatch.setattr(costs, "_process_curves", {})
     with LlamaModel(synthetic_models["target"], n_ctx=256, n_threads=1) as m:
         curve = load_or_measure(m, max_k=3)
+        # later calls in this process reuse it: measuring again would empty the KV cache
+        tokens = m.tokenize("the cat sat")
+        m.decode(tokens, logits="none")
+        assert load_or_measure(m, max_k=3) is curve
+        assert m.tokens == tokens
     assert curve.noisy
     assert not (tmp_path / "calibration.json").exists()
 
