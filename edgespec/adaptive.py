@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .costs import CostCurve
+from .costs import MAX_VERIFY, CostCurve
 
-DEFAULT_MAX_GAMMA = 16
+# long drafts pay on CPUs too: a 48-row verify costs ~19x one token here, 17 rows 8.5x
+DEFAULT_MAX_GAMMA = MAX_VERIFY - 1
 DISCOUNT = 0.95  # weight of past observations per new one (memory of ~20 rounds)
 PRIOR_ACCEPT = 0.5  # prior for the first position: a fresh drafter gets tried
 PRIOR_WEIGHT = 2.0  # pseudo-observations behind each position's prior
@@ -41,16 +42,21 @@ class AcceptanceEstimate:
         self.tries = [0.0] * self.max_gamma
 
     def rate(self, i: int) -> float:
-        """Estimated P(token i accepted | tokens before it accepted).
+        """Estimated P(token i accepted | tokens before it accepted)."""
+        return self.rates(i)[-1]
+
+    def rates(self, n: int) -> list[float]:
+        """rate(1), ..., rate(n) in one pass.
 
         Each position's prior is the estimate of the position before it, so a
         drafter that keeps being right at 1..i is tried at i + 1 rather than held
         back by a flat prior at positions it has never reached.
         """
-        prior = PRIOR_ACCEPT
-        for j in range(i):
+        out, prior = [], PRIOR_ACCEPT
+        for j in range(n):
             prior = (self.hits[j] + PRIOR_WEIGHT * prior) / (self.tries[j] + PRIOR_WEIGHT)
-        return prior
+            out.append(prior)
+        return out
 
     def observe(self, drafted: int, accepted: int) -> None:
         """A round verified `drafted` tokens and kept the first `accepted`."""
@@ -76,7 +82,13 @@ class AdaptiveGamma:
         self.verify = verify
         self.draft_step_s = draft_step_s
         self.max_gamma = max_gamma
-        self.accept = AcceptanceEstimate(max_gamma)
+        # misses cluster (the text stops repeating its source for a while): estimates are
+        # kept apart for rounds after a fully accepted draft and after a rejection
+        self._estimates = {
+            False: AcceptanceEstimate(max_gamma),
+            True: AcceptanceEstimate(max_gamma),
+        }
+        self._after_miss = False
         self.scale = 1.0  # measured / calibrated verify time, over all batch sizes
         self.k_scale: dict[int, float] = {}  # the same ratio per batch size, once observed
         self._idle_rounds = 0
@@ -84,30 +96,42 @@ class AdaptiveGamma:
         self._since_plain = 0
         self.chosen: list[int] = []
 
+    @property
+    def accept(self) -> AcceptanceEstimate:
+        """The acceptance estimates for the next round (after a hit or after a miss)."""
+        return self._estimates[self._after_miss]
+
     def round_cost(self, g: int) -> float:
         """Predicted seconds for a round drafting g tokens."""
-        # a longer batch never costs less, whatever the noisy per-size corrections say
-        verify = max(self.k_scale.get(k, self.scale) * self.verify.cost(k) for k in range(1, g + 2))
-        return verify + self.draft_step_s * g
+        return self.round_costs(g)[g]
+
+    def round_costs(self, n: int) -> list[float]:
+        """round_cost(0), ..., round_cost(n) in one pass."""
+        out, verify = [], 0.0
+        for g in range(n + 1):
+            # a longer batch never costs less, whatever the noisy per-size corrections say
+            verify = max(verify, self.k_scale.get(g + 1, self.scale) * self.verify.cost(g + 1))
+            out.append(verify + self.draft_step_s * g)
+        return out
 
     def expected_tokens(self, g: int) -> float:
         """E(g): tokens a round drafting g yields, from the acceptance estimates."""
         total, run = 1.0, 1.0
-        for i in range(1, g + 1):
-            run *= self.accept.rate(i)
+        for a in self.accept.rates(g):
+            run *= a
             total += run
         return total
 
     def choose(self, limit: int) -> int:
         """Draft length for the next round, at most `limit` (room left in budget/context)."""
         limit = min(limit, self.max_gamma)
-        plain_rate = 1.0 / self.round_cost(0)
-        best_g, best_rate = 0, plain_rate * MIN_GAIN
+        costs = self.round_costs(limit)
+        best_g, best_rate = 0, MIN_GAIN / costs[0]
         total, run = 1.0, 1.0
-        for g in range(1, limit + 1):
-            run *= self.accept.rate(g)
+        for g, a in enumerate(self.accept.rates(limit), start=1):
+            run *= a
             total += run
-            rate = total / self.round_cost(g)
+            rate = total / costs[g]
             if rate > best_rate:
                 best_g, best_rate = g, rate
         if best_g > 0:
@@ -136,8 +160,8 @@ class AdaptiveGamma:
 
         A draft model as slow as its target never can: then probing only loses.
         """
-        floor = MIN_GAIN / self.round_cost(0)
-        return any((g + 1) / self.round_cost(g) > floor for g in range(1, limit + 1))
+        costs = self.round_costs(limit)
+        return any((g + 1) / costs[g] > MIN_GAIN / costs[0] for g in range(1, limit + 1))
 
     def keep_drafting(self, i: int, cumulative_conf: float) -> bool:
         """Early stop for model drafters: is draft token i (1-based) worth verifying?
@@ -152,6 +176,8 @@ class AdaptiveGamma:
     def observe(self, drafted: int, accepted: int, verify_s: float) -> None:
         """Update acceptance estimates and the cost scale from a finished round."""
         self.accept.observe(drafted, accepted)
+        if drafted:
+            self._after_miss = accepted < drafted
         k = drafted + 1
         predicted = self.verify.cost(k)
         if predicted > 0 and verify_s > 0:

@@ -162,3 +162,21 @@ def test_no_probes_when_even_full_acceptance_cannot_pay() -> None:
     # a draft step as slow as a target step (a model drafting for itself on this CPU)
     p = policy_with_rate(CPU, 0.0, step=CPU.cost(1))
     assert not any(p.choose(16) for _ in range(FIRST_PROBE_AFTER * 8))
+
+
+def test_a_miss_makes_the_next_draft_short_until_drafts_hit_again() -> None:
+    # misses cluster where the output stops copying its source: after one, the policy
+    # uses what it learned about rounds that follow a miss, not the long-run rate
+    p = AdaptiveGamma(CPU, draft_step_s=0.0)
+    for _ in range(30):
+        p.observe(16, 16, verify_s=CPU.cost(17))
+    long = p.choose(16)
+    assert long >= 12
+    p.observe(16, 1, verify_s=CPU.cost(17))  # the copy breaks off
+    assert p.choose(16) < long / 2
+    p.observe(2, 2, verify_s=CPU.cost(3))  # a hit: back to the copying estimates
+    assert p.choose(16) >= 12
+    for _ in range(5):  # where rounds after a miss keep missing, they stay short
+        p.observe(16, 1, verify_s=CPU.cost(17))
+        p.observe(4, 0, verify_s=CPU.cost(5))
+    assert p.choose(16) == 0
