@@ -161,7 +161,8 @@ class LlamaModel:
         self._ctx = ctx
         self._mem = ll.llama_get_memory(ctx)
         self.n_ctx = ll.llama_n_ctx(ctx)
-        self.n_batch = n_batch
+        # llama.cpp caps the batch at the context size: chunk by what it enforces
+        self.n_batch = min(n_batch, ll.llama_n_batch(ctx))
         self._batch = ll.llama_batch_init(n_batch, 0, 1)
         self.tokens: list[int] = []
         self.redecodes = 0  # times a rollback had to rebuild the cache by re-decoding

@@ -117,8 +117,9 @@ def process_logits(logits: np.ndarray, params: SamplingParams) -> list[TokenDist
             ids = np.flatnonzero(row >= lo)
         if ids is None:
             ids = np.flatnonzero(row > -np.inf)
-        z = row[ids].astype(np.float64) / t
-        p = np.exp(z - z.max())
+        # shift before dividing: a tiny T (5e-324) would turn logits / T into inf - inf
+        z = (row[ids].astype(np.float64) - mx) / t
+        p = np.exp(z)
         p /= p.sum()
         if params.top_p < 1.0:
             ids, p = _top_p(ids, p, params.top_p)

@@ -39,6 +39,17 @@ def test_long_prompt_is_decoded_in_batches(target) -> None:
         target.decode(tokens[:20], logits="all")
 
 
+def test_a_batch_larger_than_a_small_context_is_chunked_not_an_abort(synthetic_models) -> None:
+    # llama.cpp pads n_ctx=128 to 256 but caps n_batch at 128, and aborts on a larger
+    # batch (GGML_ASSERT): a 200-token prompt once killed the server this way
+    with LlamaModel(synthetic_models["target"], n_ctx=128, n_threads=1) as m:
+        assert m.n_batch <= 128 < m.n_ctx
+        tokens = m.tokenize("one two three four five six seven eight nine ten " * 12)[:200]
+        assert len(tokens) == 200
+        m.decode(tokens, logits="last")
+        assert m.tokens == tokens
+
+
 def test_truncate_falls_back_to_redecoding_when_removal_is_refused(target, monkeypatch) -> None:
     tokens = target.tokenize("the cat sat on the mat and the dog")
     target.decode(tokens, logits="none")

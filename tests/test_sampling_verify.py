@@ -69,6 +69,15 @@ def test_rows_processed_together_equal_rows_alone() -> None:
         np.testing.assert_allclose(alone.probs, dist.probs)
 
 
+@pytest.mark.parametrize("t", [5e-324, 1e-300, 1e-30])
+@pytest.mark.parametrize("extra", [dict(top_k=0, top_p=1.0, min_p=0.0), dict()])
+def test_a_tiny_temperature_is_a_point_mass_on_the_argmax(t: float, extra: dict) -> None:
+    logits = np.array([[0.5, 3.0, -1.0, 2.9], [7.0, 7.0, 1.0, -np.inf]], dtype=np.float32)
+    first, tied = process_logits(logits, SamplingParams(temperature=t, **extra))
+    assert first.probs_at(np.array([1]))[0] == 1.0 and first.probs.sum() == 1.0
+    np.testing.assert_allclose(tied.probs_at(np.array([0, 1])), [0.5, 0.5])  # a tie stays a tie
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [dict(temperature=-0.1), dict(top_p=0.0), dict(top_p=1.5), dict(top_k=-1), dict(min_p=1.0)],

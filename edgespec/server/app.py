@@ -159,6 +159,7 @@ class Handler(JsonHandler):
                 "queued": w.queued,
                 "served": w.served,
                 "cancelled": w.cancelled,
+                "rejected": w.rejected,
                 "failed": w.failed,
             },
         )

@@ -14,6 +14,8 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from .errors import from_exception
+
 Work = Callable[[Callable[[], bool]], Iterable[Any]]
 
 _ITEM, _ERROR, _END = "item", "error", "end"
@@ -70,7 +72,8 @@ class Worker:
         self._queue: queue.Queue[Job | None] = queue.Queue()
         self.served = 0
         self.cancelled = 0
-        self.failed = 0
+        self.rejected = 0  # jobs that raised a client error (a 4xx: bad token ids, ...)
+        self.failed = 0  # jobs that raised anything else: a defect, or the engine's failure
         self.busy = False
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
@@ -116,7 +119,10 @@ class Worker:
                 job.put(_END)
             except Exception as e:  # the request's failure, never the worker's
                 _close(items)
-                self.failed += 1
+                if from_exception(e).status < 500:
+                    self.rejected += 1
+                else:
+                    self.failed += 1
                 job.put(_ERROR, e)
             finally:
                 self.busy = False

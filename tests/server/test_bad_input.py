@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from edgespec.completion import CompletionSession, load_session
@@ -221,6 +221,13 @@ PLAUSIBLE = st.fixed_dictionaries(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(path=st.sampled_from([C, CHAT, INFILL]), body=PLAUSIBLE)
+# found by random runs: a denormal temperature made logits / T overflow (a 500)
+@example(path=INFILL, body={"input_prefix": "def f(", "temperature": 5e-324, "max_tokens": 8})
+@example(path=C, body={"prompt": "x", "temperature": 1e-300, "top_k": 0, "max_tokens": 8})
+# found by a random run: a 150-token infill prompt with n_ctx=128 aborted the process
+@example(path=INFILL, body={"input_extra": [{"text": "L\x19rg OR~B$GR`\t " * 8}], "max_tokens": 4})
+# a client error raised inside a job (a token id outside the vocabulary) is a 400
+@example(path=C, body={"prompt": [64, 600, 46], "max_tokens": 9})
 def test_plausible_requests_never_get_a_5xx(fuzz_server: Running, path: str, body: dict) -> None:
     """Well-typed requests with random values: generation, stop rules and streaming run."""
     status, reply = fuzz_server.request("POST", path, body)

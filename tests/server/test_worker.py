@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from edgespec.errors import InvalidParameterError
 from edgespec.server.worker import Worker
 
 
@@ -76,6 +77,19 @@ def test_errors_reach_the_reader_and_the_worker_goes_on() -> None:
         list(job.items())
     assert list(w.submit(lambda c: iter([7])).items()) == [7]
     assert w.failed == 1
+    w.stop()
+
+
+def test_a_client_error_is_counted_as_rejected_not_failed() -> None:
+    w = Worker()
+
+    def bad_ids(cancelled):
+        raise InvalidParameterError("token id 600 is outside the vocabulary")
+        yield
+
+    with pytest.raises(InvalidParameterError):
+        list(w.submit(bad_ids).items())
+    assert (w.rejected, w.failed) == (1, 0)
     w.stop()
 
 
