@@ -31,8 +31,33 @@ class StopReason(StrEnum):
     CANCELLED = "cancelled"
 
 
+class DraftRatios:
+    """Ratios over a generation's counters, shared by Stats and the benchmark's records."""
+
+    drafted: int
+    accepted: int
+    generated: int
+    rounds: int
+    target_calls: int
+
+    @property
+    def gamma_mean(self) -> float:
+        """Draft tokens per round."""
+        return self.drafted / self.rounds if self.rounds else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted / drafted draft tokens (0 when nothing was drafted)."""
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accepted_per_call(self) -> float:
+        """Tokens produced per target verify call (accepted drafts + the target's own)."""
+        return self.generated / self.target_calls if self.target_calls else 0.0
+
+
 @dataclass(frozen=True)
-class Stats:
+class Stats(DraftRatios):
     """Running totals of one generation (cumulative in every RoundEvent)."""
 
     drafted: int = 0
@@ -51,27 +76,12 @@ class Stats:
     position_accepted: tuple[int, ...] = ()  # ... and times accepted
 
     @property
-    def gamma_mean(self) -> float:
-        """Draft tokens per round."""
-        return self.drafted / self.rounds if self.rounds else 0.0
-
-    @property
     def position_acceptance(self) -> list[float]:
         """P(draft token i accepted | tokens before it accepted), per position i."""
         return [
             h / t if t else 0.0
             for h, t in zip(self.position_accepted, self.position_tried, strict=True)
         ]
-
-    @property
-    def acceptance_rate(self) -> float:
-        """Accepted / drafted draft tokens (0 when nothing was drafted)."""
-        return self.accepted / self.drafted if self.drafted else 0.0
-
-    @property
-    def mean_accepted_per_call(self) -> float:
-        """Tokens produced per target verify call (accepted drafts + the target's own)."""
-        return self.generated / self.target_calls if self.target_calls else 0.0
 
     @property
     def decode_s(self) -> float:

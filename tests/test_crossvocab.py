@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 from test_cli import run_cli
-from test_sampling_distribution import ALPHA, _exact_first_two, _pvalue
+from test_sampling_distribution import ALPHA, _exact_first_two, _pvalue, _sample_first_two
 
 from edgespec.backend import LlamaModel
 from edgespec.compat import incompatibility
@@ -204,18 +204,10 @@ def test_sampled_tokens_follow_the_target(
     prompt = target.tokenize("Once upon a time", parse_special=True)
     p1, p2 = _exact_first_two(synthetic_models["target"], prompt, sp, target.n_vocab)
     drafter = CrossVocabDrafter(target, models[draft], tli=tli)
-    firsts, seconds, accepted, drafted = [], [], 0, 0
-    for seed in range(RUNS):
-        done = generate(
-            target, prompt, drafter=drafter, max_tokens=3, gamma=3, sampling=sp, seed=seed
-        )
-        firsts.append(done.tokens[0])
-        seconds.append(done.tokens[1])
-        accepted += done.stats.accepted
-        drafted += done.stats.drafted
+    firsts, seconds, acceptance = _sample_first_two(target, prompt, drafter, sp, RUNS)
     # both the accept and the resample branches ran (the split vocabulary mostly resamples)
     low = 0.2 if draft == "draft_permuted" else 0.01
-    assert low < accepted / drafted < 0.95
+    assert low < acceptance < 0.95
     assert _pvalue(firsts, p1) > ALPHA
     assert _pvalue(seconds, p2) > ALPHA
 

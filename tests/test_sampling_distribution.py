@@ -52,6 +52,20 @@ def _pvalue(samples: list[int], probs: np.ndarray) -> float:
     return sps.chisquare(observed, expected).pvalue
 
 
+def _sample_first_two(target, prompt, drafter, sp: SamplingParams, runs: int = RUNS):
+    """First and second tokens of `runs` seeded speculative generations, and the acceptance."""
+    firsts, seconds, accepted, drafted = [], [], 0, 0
+    for seed in range(runs):
+        done = generate(
+            target, prompt, drafter=drafter, max_tokens=3, gamma=3, sampling=sp, seed=seed
+        )
+        firsts.append(done.tokens[0])
+        seconds.append(done.tokens[1])
+        accepted += done.stats.accepted
+        drafted += done.stats.drafted
+    return firsts, seconds, accepted / drafted
+
+
 @pytest.mark.parametrize("sp", CONFIGS, ids=["topk8", "topp-minp"])
 def test_first_and_second_token_follow_target(synthetic_models, sp: SamplingParams) -> None:
     with (
@@ -64,16 +78,7 @@ def test_first_and_second_token_follow_target(synthetic_models, sp: SamplingPara
         q1 = process_logits(draft.decode(prompt, logits="last"), sp)[0].dense(target.n_vocab)
         draft.reset()
         assert 0.5 * np.abs(p1 - q1).sum() > 0.2
-        drafter = ModelDrafter(draft)
-        firsts, seconds, accepted, drafted = [], [], 0, 0
-        for seed in range(RUNS):
-            done = generate(
-                target, prompt, drafter=drafter, max_tokens=3, gamma=3, sampling=sp, seed=seed
-            )
-            firsts.append(done.tokens[0])
-            seconds.append(done.tokens[1])
-            accepted += done.stats.accepted
-            drafted += done.stats.drafted
-    assert 0.05 < accepted / drafted < 0.95  # both the accept and the resample branches ran
+        firsts, seconds, acceptance = _sample_first_two(target, prompt, ModelDrafter(draft), sp)
+    assert 0.05 < acceptance < 0.95  # both the accept and the resample branches ran
     assert _pvalue(firsts, p1) > ALPHA
     assert _pvalue(seconds, p2) > ALPHA

@@ -10,6 +10,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..events import DraftRatios
+
 # the issue's goals
 NEVER_LOSES = 0.97  # adaptive >= 0.97x plain on every workload
 EDIT_SPEEDUP = 2.0  # adaptive n-gram on code editing >= 2x plain
@@ -18,7 +20,7 @@ NEAR_BEST_FIXED = 0.95  # adaptive within 5% of the best fixed gamma
 
 
 @dataclass
-class RunRecord:
+class RunRecord(DraftRatios):
     """One timed generation (one configuration, one workload, one repetition)."""
 
     tokens_per_second: float
@@ -33,21 +35,6 @@ class RunRecord:
     decode_s: float = 0.0
     peak_rss_mib: float = 0.0
     accepted_lengths: list[int] = field(default_factory=list)  # per drafting round
-
-    @property
-    def acceptance_rate(self) -> float:
-        """Accepted / drafted tokens."""
-        return self.accepted / self.drafted if self.drafted else 0.0
-
-    @property
-    def mean_accepted_per_call(self) -> float:
-        """Tokens produced per target call."""
-        return self.generated / self.target_calls if self.target_calls else 0.0
-
-    @property
-    def gamma_mean(self) -> float:
-        """Draft tokens per round."""
-        return self.drafted / self.rounds if self.rounds else 0.0
 
 
 def median(values: Iterable[float]) -> float:

@@ -17,8 +17,7 @@ from ..completion import (
 )
 from ..errors import InvalidParameterError
 from ..fim import split_at_cursor
-from .options import add_model_options, add_sampling_options, sampling_from_args
-from .serve import draft_help
+from .options import AUTO_DRAFT_HELP, add_model_options, add_sampling_options, sampling_from_args
 
 DEFAULT_COMPLETE_TOKENS = 128
 
@@ -33,10 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "none. Stops at end of generation, a FIM end token, --max-lines lines, or where "
         "the completion starts repeating the code after the cursor.",
     )
-    add_model_options(p)
+    add_model_options(p, draft=AUTO, draft_help=AUTO_DRAFT_HELP)
     add_sampling_options(p)
-    p.set_defaults(draft=AUTO, max_tokens=DEFAULT_COMPLETE_TOKENS)
-    draft_help(p)
+    p.set_defaults(max_tokens=DEFAULT_COMPLETE_TOKENS)
     p.add_argument("--file", type=Path, required=True, help="the source file")
     p.add_argument("--line", type=int, required=True, help="cursor line (1-based)")
     p.add_argument("--col", type=int, required=True, help="cursor column (1-based)")

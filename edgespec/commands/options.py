@@ -18,17 +18,27 @@ DEFAULT_CHAT_TARGET = "smollm2-135m-instruct"  # the embedded model with a chat 
 DEFAULT_DRAFT = "ngram"  # no second vocabulary-compatible model installs offline
 
 
+DRAFT_HELP = (
+    "draft: .gguf path or model name (any vocabulary), ngram (prompt lookup), "
+    "ngram+MODEL (n-gram, else the model), or none"
+)
+# the completion commands (complete, serve) default to auto
+AUTO_DRAFT_HELP = (
+    "draft: auto (the default: n-gram prompt lookup with adaptive gamma), "
+    "ngram, none, or a .gguf path or model name"
+)
+
+
 def add_model_options(
-    p: argparse.ArgumentParser, *, target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT
+    p: argparse.ArgumentParser,
+    *,
+    target: str = DEFAULT_TARGET,
+    draft: str = DEFAULT_DRAFT,
+    draft_help: str = DRAFT_HELP,
 ) -> None:
     """--target/--draft and how to run them (threads, context, GPU layers)."""
     p.add_argument("--target", default=target, help=f"target: .gguf path or model name ({target})")
-    p.add_argument(
-        "--draft",
-        default=draft,
-        help="draft: .gguf path or model name (any vocabulary), ngram (prompt lookup), "
-        "ngram+MODEL (n-gram, else the model), or none",
-    )
+    p.add_argument("--draft", default=draft, help=draft_help)
     p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
     p.add_argument("--ctx", type=int, default=None, help="context length in tokens")
     p.add_argument("--gpu-layers", type=int, default=0, help="target layers to offload")

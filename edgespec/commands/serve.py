@@ -9,7 +9,7 @@ import sys
 
 from ..completion import AUTO, load_session
 from ..errors import InvalidParameterError
-from .options import add_model_options, parse_gamma
+from .options import AUTO_DRAFT_HELP, add_model_options, parse_gamma
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -27,9 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "at a time, in arrival order; a request sharing a prefix with the previous one "
         "reuses its KV cache.",
     )
-    add_model_options(p)
-    p.set_defaults(draft=AUTO)
-    draft_help(p)
+    add_model_options(p, draft=AUTO, draft_help=AUTO_DRAFT_HELP)
     p.add_argument(
         "--gamma",
         type=parse_gamma,
@@ -113,13 +111,3 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return host == "localhost"
-
-
-def draft_help(p: argparse.ArgumentParser) -> None:
-    """--draft's help for the completion commands, whose default is auto."""
-    for action in p._actions:
-        if action.dest == "draft":
-            action.help = (
-                "draft: auto (the default: n-gram prompt lookup with adaptive gamma), "
-                "ngram, none, or a .gguf path or model name"
-            )
