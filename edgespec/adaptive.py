@@ -90,6 +90,7 @@ class AdaptiveGamma:
         }
         self._after_miss = False
         self.scale = 1.0  # measured / calibrated verify time, over all batch sizes
+        self._scale_num, self._scale_den = 0.0, 0.0
         self.k_scale: dict[int, float] = {}  # the same ratio per batch size, once observed
         self._idle_rounds = 0
         self._probe_after = FIRST_PROBE_AFTER
@@ -182,7 +183,11 @@ class AdaptiveGamma:
         predicted = self.verify.cost(k)
         if predicted > 0 and verify_s > 0:
             ratio = verify_s / predicted
-            self.scale = SCALE_DISCOUNT * self.scale + (1 - SCALE_DISCOUNT) * ratio
+            # a discounted mean of the observed ratios alone: the calibration's own 1.0 is
+            # not averaged in, or unseen sizes would look cheap next to seen ones early on
+            self._scale_num = SCALE_DISCOUNT * self._scale_num + ratio
+            self._scale_den = SCALE_DISCOUNT * self._scale_den + 1.0
+            self.scale = self._scale_num / self._scale_den
             prev = self.k_scale.get(k)
             self.k_scale[k] = (
                 ratio if prev is None else SCALE_DISCOUNT * prev + (1 - SCALE_DISCOUNT) * ratio

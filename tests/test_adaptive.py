@@ -180,3 +180,11 @@ def test_a_miss_makes_the_next_draft_short_until_drafts_hit_again() -> None:
         p.observe(16, 1, verify_s=CPU.cost(17))
         p.observe(4, 0, verify_s=CPU.cost(5))
     assert p.choose(16) == 0
+
+
+def test_unseen_batch_sizes_are_scaled_like_the_seen_ones() -> None:
+    # a deeper context than the calibration's makes every size ~20% dearer: after one
+    # plain round, a 4-token verify must not look cheaper relative to plain than calibrated
+    p = AdaptiveGamma(CPU, draft_step_s=0.0)
+    p.observe(0, 0, verify_s=1.2 * CPU.cost(1))
+    assert p.round_cost(3) / p.round_cost(0) == pytest.approx(CPU.cost(4) / CPU.cost(1))
