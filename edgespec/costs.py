@@ -127,6 +127,7 @@ def load_or_measure(
     Every curve is also kept for the life of the process, a noisy one included:
     measuring empties the model's KV cache, so it must not happen on every request.
     """
+    max_k = min(max_k, model.n_batch)  # a verify batch is one llama_decode
     key = machine_key(model, max_k)
     if not refresh and key in _process_curves:
         return _process_curves[key]

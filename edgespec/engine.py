@@ -134,8 +134,9 @@ def stream_generate(
             reason = StopReason.CONTEXT_FULL
             break
         rnd += 1
-        # never draft past max_tokens or the context: the round adds g + 1 tokens
-        limit = max(0, min(max_tokens - len(out_tokens) - 1, room - 1))
+        # never draft past max_tokens or the context (the round adds g + 1 tokens), and
+        # verify in one llama_decode: at most n_batch rows
+        limit = max(0, min(max_tokens - len(out_tokens) - 1, room - 1, target.n_batch - 1))
         g = policy.choose(limit) if policy is not None else min(fixed_gamma, limit)
         keep = policy.keep_drafting if policy is not None else None
         res = speculative_step(target, drafter, context, g, sampling, rng, keep)

@@ -13,6 +13,7 @@ from edgespec.drafters import ModelDrafter
 from edgespec.engine import generate, stream_generate
 from edgespec.errors import ContextFullError, IncompatibleModelsError, InvalidParameterError
 from edgespec.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind
+from edgespec.ngram import NgramDrafter
 from edgespec.sampling import SamplingParams
 
 PROMPTS = [
@@ -230,3 +231,15 @@ def test_seed_makes_sampling_reproducible(models) -> None:
         for _ in range(2)
     ]
     assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize("gamma", [40, "auto"])
+def test_drafts_longer_than_the_batch_are_cut_to_one_decode(synthetic_models, gamma) -> None:
+    # a 16-token context gets a 16-token batch: a verify must fit in one llama_decode
+    with LlamaModel(synthetic_models["target"], n_ctx=16, n_threads=1) as m:
+        assert m.n_batch == 16
+        prompt = "one two three four " * 3
+        plain = generate(m, prompt, max_tokens=120, gamma=0)
+        spec = generate(m, prompt, drafter=NgramDrafter(), max_tokens=120, gamma=gamma)
+        assert spec.tokens == plain.tokens
+        assert spec.stats.drafted > 0
