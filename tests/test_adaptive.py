@@ -188,3 +188,18 @@ def test_unseen_batch_sizes_are_scaled_like_the_seen_ones() -> None:
     p = AdaptiveGamma(CPU, draft_step_s=0.0)
     p.observe(0, 0, verify_s=1.2 * CPU.cost(1))
     assert p.round_cost(3) / p.round_cost(0) == pytest.approx(CPU.cost(4) / CPU.cost(1))
+
+
+def test_calibrate_command_measures_once_and_shows_the_timed_sizes(synthetic_models) -> None:
+    from test_cli import run_cli
+
+    args = ["calibrate", "--target", str(synthetic_models["target"]), "--threads", "1"]
+    shown = run_cli(*args)
+    assert shown.returncode == 0, shown.stderr
+    rows = [line.split() for line in shown.stdout.splitlines() if line.strip()[:1].isdigit()]
+    assert [int(r[0]) for r in rows] == list(costs.CALIBRATION_SIZES)
+    again = json.loads(run_cli(*args, "--json").stdout)  # from the cache this time
+    seconds = again["target"]["seconds"]
+    assert len(seconds) == costs.MAX_VERIFY
+    assert seconds == sorted(seconds)  # a longer batch never costs less
+    assert [round(s * 1000, 2) for s in seconds[:1]] == [float(rows[0][1])]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..costs import calibration_file, load_or_measure
+from ..costs import CALIBRATION_SIZES, calibration_file, load_or_measure
 from ..loading import load_pair
 from .options import add_model_options
 
@@ -42,9 +42,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     t = curves["target"]
     print(f"target {t.model}, {target.n_threads} threads (cache: {calibration_file()})")
-    print(f"{'k':>3} {'ms':>8} {'x one token':>12}")
+    print(f"{'k':>3} {'ms':>8} {'x one token':>12}  (timed sizes; the others are interpolated)")
+    timed = set(CALIBRATION_SIZES) | {len(t.seconds)}
     for k, (sec, ratio) in enumerate(zip(t.seconds, t.ratios(), strict=True), start=1):
-        print(f"{k:>3} {sec * 1000:>8.2f} {ratio:>12.2f}")
+        if k in timed:
+            print(f"{k:>3} {sec * 1000:>8.2f} {ratio:>12.2f}")
     if any(c.noisy for c in curves.values()):
         print("note: timings varied between repetitions (a busy machine?); not cached")
     if "draft" in curves:
