@@ -117,8 +117,10 @@ def process_logits(logits: np.ndarray, params: SamplingParams) -> list[TokenDist
             ids = np.flatnonzero(row >= lo)
         if ids is None:
             ids = np.flatnonzero(row > -np.inf)
-        # shift before dividing: a tiny T (5e-324) would turn logits / T into inf - inf
-        z = (row[ids].astype(np.float64) - mx) / t
+        # shift before dividing: a tiny T (5e-324) would turn logits / T into inf - inf;
+        # shifted, everything below the max goes to -inf, i.e. probability 0
+        with np.errstate(over="ignore"):
+            z = (row[ids].astype(np.float64) - mx) / t
         p = np.exp(z)
         p /= p.sum()
         if params.top_p < 1.0:
