@@ -66,6 +66,11 @@ class AcceptanceEstimate:
             self.hits[i - 1] = DISCOUNT * self.hits[i - 1] + (1.0 if i <= accepted else 0.0)
             self.tries[i - 1] = DISCOUNT * self.tries[i - 1] + 1.0
 
+    def observe_position(self, i: int, hit: bool) -> None:
+        """Position i alone was scored (a lookup's proposal during plain rounds)."""
+        self.hits[i - 1] = DISCOUNT * self.hits[i - 1] + (1.0 if hit else 0.0)
+        self.tries[i - 1] = DISCOUNT * self.tries[i - 1] + 1.0
+
 
 class AdaptiveGamma:
     """Per-round draft length from acceptance estimates and the measured cost curve.
@@ -89,6 +94,8 @@ class AdaptiveGamma:
             True: AcceptanceEstimate(max_gamma),
         }
         self._after_miss = False
+        self._shadow: list[int] = []  # a lookup proposal being scored in plain rounds
+        self._shadow_pos = 0  # its next position to score (0-based)
         self.scale = 1.0  # measured / calibrated verify time, over all batch sizes
         self._scale_num, self._scale_den = 0.0, 0.0
         self.k_scale: dict[int, float] = {}  # the same ratio per batch size, once observed
@@ -179,6 +186,7 @@ class AdaptiveGamma:
         self.accept.observe(drafted, accepted)
         if drafted:
             self._after_miss = accepted < drafted
+            self._shadow = []  # the context moved past it
         k = drafted + 1
         predicted = self.verify.cost(k)
         if predicted > 0 and verify_s > 0:
@@ -194,10 +202,25 @@ class AdaptiveGamma:
             )
 
     def observe_free(self, proposed: list[int], produced: int) -> None:
-        """A lookup drafter's proposal in a plain round: was its first token the one produced?
+        """A lookup drafter's proposal in a plain round, scored against the token produced.
 
-        The match is what acceptance would have been (greedy) or has the same
-        probability, p(x), as accepting a point-mass draft (sampling).
+        A match is what acceptance would have been (greedy) or has the same
+        probability, p(x), as accepting a point-mass draft (sampling). Every plain
+        round scores the first token of a fresh proposal (position 1); one earlier
+        proposal that keeps matching goes on being scored, a token a round, at
+        positions 2, 3, ..., so that deeper estimates recover too while nothing is
+        drafted (without that, one miss at position 2 could stop drafting for good).
         """
-        if proposed:
-            self.accept.observe(1, 1 if proposed[0] == produced else 0)
+        if self._shadow:
+            pos = self._shadow_pos
+            hit = self._shadow[pos] == produced
+            self.accept.observe_position(pos + 1, hit)
+            self._shadow_pos += 1
+            if not hit or self._shadow_pos == len(self._shadow):
+                self._shadow = []
+        if not proposed:
+            return
+        hit = proposed[0] == produced
+        self.accept.observe_position(1, hit)
+        if hit and not self._shadow and len(proposed) > 1:
+            self._shadow, self._shadow_pos = list(proposed[: self.max_gamma]), 1

@@ -144,7 +144,7 @@ def stream_generate(
             policy.observe(len(res.draft), res.n_accepted, res.verify_s)
             if g == 0 and free_drafter and limit > 0:
                 # a lookup costs nothing: learn what it would have proposed
-                shadow = drafter.propose(context, 1, sampling, rng)  # type: ignore[union-attr]
+                shadow = drafter.propose(context, policy.max_gamma, sampling, rng)  # type: ignore[union-attr]
                 policy.observe_free(shadow.tokens, res.next_token)
         kept = [*res.draft[: res.n_accepted], res.next_token]
         kinds = [TokenKind.ACCEPTED] * res.n_accepted

@@ -203,3 +203,23 @@ def test_calibrate_command_measures_once_and_shows_the_timed_sizes(synthetic_mod
     assert len(seconds) == costs.MAX_VERIFY
     assert seconds == sorted(seconds)  # a longer batch never costs less
     assert [round(s * 1000, 2) for s in seconds[:1]] == [float(rows[0][1])]
+
+
+def test_a_miss_at_position_two_does_not_stop_drafting_for_good() -> None:
+    # found in a trace: after a rejection, a round that missed at its 2nd token left
+    # position 2's estimate low; plain rounds only scored position 1, so the policy
+    # never drafted again although the lookup kept being right (640 plain rounds)
+    p = AdaptiveGamma(CPU, draft_step_s=0.0)
+    p.observe(10, 0, verify_s=CPU.cost(11))  # a miss: rounds after a miss from now on
+    p.observe(9, 1, verify_s=CPU.cost(10))  # ... and the next missed at position 2
+    copy = list(range(1000, 1100))  # the text the lookup proposes, and the model writes
+    chosen = []
+    for i in range(60):
+        g = p.choose(16)
+        chosen.append(g)
+        if g:
+            break
+        p.observe(0, 0, verify_s=CPU.cost(1))
+        p.observe_free(copy[i : i + 16], copy[i])
+    assert chosen[-1] > 0, "never drafted again"
+    assert len(chosen) <= 30
