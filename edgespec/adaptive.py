@@ -96,13 +96,21 @@ class AdaptiveGamma:
         self._after_miss = False
         self._shadow: list[int] = []  # a lookup proposal being scored in plain rounds
         self._shadow_pos = 0  # its next position to score (0-based)
-        self.scale = 1.0  # measured / calibrated verify time, over all batch sizes
-        self._scale_num, self._scale_den = 0.0, 0.0
+        self._scale_num, self._scale_den = 0.0, 0.0  # discounted sums behind `scale`
         self.k_scale: dict[int, float] = {}  # the same ratio per batch size, once observed
         self._idle_rounds = 0
         self._probe_after = FIRST_PROBE_AFTER
         self._since_plain = 0
         self.chosen: list[int] = []
+
+    @property
+    def scale(self) -> float:
+        """Measured / calibrated verify time over all batch sizes (1.0 until measured).
+
+        A discounted mean of the observed ratios alone: the calibration's own 1.0 is
+        not averaged in, or unseen sizes would look cheap next to seen ones early on.
+        """
+        return self._scale_num / self._scale_den if self._scale_den else 1.0
 
     @property
     def accept(self) -> AcceptanceEstimate:
@@ -150,7 +158,7 @@ class AdaptiveGamma:
                 best_g = 0
         else:
             self._since_plain = 0
-        if best_g == 0 and limit > 0 and self.draft_step_s > 0 and self._could_pay(limit):
+        if best_g == 0 and limit > 0 and self.draft_step_s > 0 and _could_pay(costs):
             # the estimates can only recover if someone drafts: probe rarely, with backoff
             self._idle_rounds += 1
             if self._idle_rounds >= self._probe_after:
@@ -162,14 +170,6 @@ class AdaptiveGamma:
             self._probe_after = FIRST_PROBE_AFTER
         self.chosen.append(best_g)
         return best_g
-
-    def _could_pay(self, limit: int) -> bool:
-        """Would drafting beat plain decoding even if every draft token were accepted?
-
-        A draft model as slow as its target never can: then probing only loses.
-        """
-        costs = self.round_costs(limit)
-        return any((g + 1) / costs[g] > MIN_GAIN / costs[0] for g in range(1, limit + 1))
 
     def keep_drafting(self, i: int, cumulative_conf: float) -> bool:
         """Early stop for model drafters: is draft token i (1-based) worth verifying?
@@ -191,11 +191,8 @@ class AdaptiveGamma:
         predicted = self.verify.cost(k)
         if predicted > 0 and verify_s > 0:
             ratio = verify_s / predicted
-            # a discounted mean of the observed ratios alone: the calibration's own 1.0 is
-            # not averaged in, or unseen sizes would look cheap next to seen ones early on
             self._scale_num = SCALE_DISCOUNT * self._scale_num + ratio
             self._scale_den = SCALE_DISCOUNT * self._scale_den + 1.0
-            self.scale = self._scale_num / self._scale_den
             prev = self.k_scale.get(k)
             self.k_scale[k] = (
                 ratio if prev is None else SCALE_DISCOUNT * prev + (1 - SCALE_DISCOUNT) * ratio
@@ -224,3 +221,12 @@ class AdaptiveGamma:
         self.accept.observe_position(1, hit)
         if hit and not self._shadow and len(proposed) > 1:
             self._shadow, self._shadow_pos = list(proposed[: self.max_gamma]), 1
+
+
+def _could_pay(costs: list[float]) -> bool:
+    """Would drafting beat plain decoding even if every draft token were accepted?
+
+    costs[g] is a round drafting g tokens. A draft model as slow as its target never
+    can: then probing only loses.
+    """
+    return any((g + 1) / c > MIN_GAIN / costs[0] for g, c in enumerate(costs) if g)
