@@ -26,6 +26,7 @@ PRIOR_WEIGHT = 2.0  # pseudo-observations behind each position's prior
 SCALE_DISCOUNT = 0.9
 FIRST_PROBE_AFTER = 8  # rounds without drafting before a one-token probe; doubles each time
 PLAIN_REFRESH = 32  # drafting rounds in a row before a plain one re-measures the baseline
+MATCH_LEN_BUCKETS = (4, 16, 48)  # lookup proposals: one estimate per match-length band
 MIN_GAIN = 1.02  # drafting must beat plain decoding's predicted rate by 2%: ties go to plain
 
 
@@ -87,15 +88,14 @@ class AdaptiveGamma:
         self.verify = verify
         self.draft_step_s = draft_step_s
         self.max_gamma = max_gamma
-        # misses cluster (the text stops repeating its source for a while): estimates are
-        # kept apart for rounds after a fully accepted draft and after a rejection
-        self._estimates = {
-            False: AcceptanceEstimate(max_gamma),
-            True: AcceptanceEstimate(max_gamma),
-        }
+        # acceptance depends on where the text is: estimates are kept apart by context
+        # (see _context_key), and each round uses the one for its own context
+        self._estimates: dict[tuple[str, int], AcceptanceEstimate] = {}
         self._after_miss = False
+        self._key = _context_key(None, False)
         self._shadow: list[int] = []  # a lookup proposal being scored in plain rounds
         self._shadow_pos = 0  # its next position to score (0-based)
+        self._shadow_key = self._key
         self._scale_num, self._scale_den = 0.0, 0.0  # discounted sums behind `scale`
         self.k_scale: dict[int, float] = {}  # the same ratio per batch size, once observed
         self._idle_rounds = 0
@@ -114,8 +114,13 @@ class AdaptiveGamma:
 
     @property
     def accept(self) -> AcceptanceEstimate:
-        """The acceptance estimates for the next round (after a hit or after a miss)."""
-        return self._estimates[self._after_miss]
+        """The acceptance estimates for the next round's context."""
+        return self._estimate(self._key)
+
+    def _estimate(self, key: tuple[str, int]) -> AcceptanceEstimate:
+        if key not in self._estimates:
+            self._estimates[key] = AcceptanceEstimate(self.max_gamma)
+        return self._estimates[key]
 
     def round_cost(self, g: int) -> float:
         """Predicted seconds for a round drafting g tokens."""
@@ -138,8 +143,13 @@ class AdaptiveGamma:
             total += run
         return total
 
-    def choose(self, limit: int) -> int:
-        """Draft length for the next round, at most `limit` (room left in budget/context)."""
+    def choose(self, limit: int, *, match_len: int | None = None) -> int:
+        """Draft length for the next round, at most `limit` (room left in budget/context).
+
+        match_len is the lookup proposal's agreement with its source (Draft.match_len),
+        when the proposal is known before choosing; None for model drafters.
+        """
+        self._key = _context_key(match_len, self._after_miss)
         limit = min(limit, self.max_gamma)
         costs = self.round_costs(limit)
         best_g, best_rate = 0, MIN_GAIN / costs[0]
@@ -211,7 +221,7 @@ class AdaptiveGamma:
         if self._shadow:
             pos = self._shadow_pos
             hit = self._shadow[pos] == produced
-            self.accept.observe_position(pos + 1, hit)
+            self._estimate(self._shadow_key).observe_position(pos + 1, hit)
             self._shadow_pos += 1
             if not hit or self._shadow_pos == len(self._shadow):
                 self._shadow = []
@@ -221,6 +231,7 @@ class AdaptiveGamma:
         self.accept.observe_position(1, hit)
         if hit and not self._shadow and len(proposed) > 1:
             self._shadow, self._shadow_pos = list(proposed[: self.max_gamma]), 1
+            self._shadow_key = self._key
 
 
 def _could_pay(costs: list[float]) -> bool:
@@ -230,3 +241,18 @@ def _could_pay(costs: list[float]) -> bool:
     can: then probing only loses.
     """
     return any((g + 1) / c > MIN_GAIN / costs[0] for g, c in enumerate(costs) if g)
+
+
+def _context_key(match_len: int | None, after_miss: bool) -> tuple[str, int]:
+    """Which acceptance estimate a round uses.
+
+    A lookup proposal comes with its match length, and text that has agreed with its
+    source for a while goes on copying it far more often than after a fresh 1-4 token
+    match: on the code-editing workload 45 of 47 proposed tokens were accepted at
+    match lengths of 64+, 2 at lengths under 16. Model drafters have no such signal;
+    misses cluster there too, so rounds after a rejection are kept apart from rounds
+    after a fully accepted draft.
+    """
+    if match_len is None:
+        return ("after_miss", int(after_miss))
+    return ("match", sum(match_len >= t for t in MATCH_LEN_BUCKETS))

@@ -23,6 +23,9 @@ class Draft:
     tokens: list[int]
     q: list[TokenDist]
     model_calls: int = 0  # forward passes of a draft model spent on this proposal
+    # a lookup drafter copies from earlier text: how many tokens before the copied
+    # continuation the context agrees with that text (None for model drafters)
+    match_len: int | None = None
 
 
 class Drafter(Protocol):

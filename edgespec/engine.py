@@ -47,8 +47,13 @@ def speculative_step(
     sampling: SamplingParams,
     rng: np.random.Generator,
     keep: KeepDrafting | None = None,
+    *,
+    proposal: Draft | None = None,
 ) -> RoundResult:
     """One round. Precondition: the target cache holds context[:-1].
+
+    proposal: the drafter's proposal for this context when it was asked before gamma
+    was chosen (a lookup); its first gamma tokens are verified.
 
     On return the target cache holds context + the accepted draft tokens, i.e.
     everything committed except next_token, restoring the precondition.
@@ -56,6 +61,8 @@ def speculative_step(
     t0 = time.perf_counter()
     if drafter is None or gamma == 0:
         draft = Draft([], [])
+    elif proposal is not None:
+        draft = Draft(proposal.tokens[:gamma], proposal.q[:gamma])
     elif keep is not None:
         draft = drafter.propose(context, gamma, sampling, rng, keep=keep)
     else:
@@ -137,15 +144,24 @@ def stream_generate(
         # never draft past max_tokens or the context (the round adds g + 1 tokens), and
         # verify in one llama_decode: at most n_batch rows
         limit = max(0, min(max_tokens - len(out_tokens) - 1, room - 1, target.n_batch - 1))
-        g = policy.choose(limit) if policy is not None else min(fixed_gamma, limit)
+        proposal, lookup_s = None, 0.0
+        if policy is not None and free_drafter and limit > 0:
+            # a lookup costs nothing: ask it first, so that the policy sees how long
+            # its match is, and learns from the proposal even when it drafts nothing
+            t0 = time.perf_counter()
+            proposal = drafter.propose(context, policy.max_gamma, sampling, rng)  # type: ignore[union-attr]
+            lookup_s = time.perf_counter() - t0
+            g = policy.choose(limit, match_len=proposal.match_len)
+        elif policy is not None:
+            g = policy.choose(limit)
+        else:
+            g = min(fixed_gamma, limit)
         keep = policy.keep_drafting if policy is not None else None
-        res = speculative_step(target, drafter, context, g, sampling, rng, keep)
+        res = speculative_step(target, drafter, context, g, sampling, rng, keep, proposal=proposal)
         if policy is not None:
             policy.observe(len(res.draft), res.n_accepted, res.verify_s)
-            if g == 0 and free_drafter and limit > 0:
-                # a lookup costs nothing: learn what it would have proposed
-                shadow = drafter.propose(context, policy.max_gamma, sampling, rng)  # type: ignore[union-attr]
-                policy.observe_free(shadow.tokens, res.next_token)
+            if g == 0 and proposal is not None:
+                policy.observe_free(proposal.tokens, res.next_token)
         kept = [*res.draft[: res.n_accepted], res.next_token]
         kinds = [TokenKind.ACCEPTED] * res.n_accepted
         if res.n_accepted < len(res.draft):
@@ -162,7 +178,7 @@ def stream_generate(
             rounds=rnd,
             target_calls=stats.target_calls + 1,
             draft_calls=stats.draft_calls + res.draft_calls,
-            draft_s=stats.draft_s + res.draft_s,
+            draft_s=stats.draft_s + res.draft_s + lookup_s,
             verify_s=stats.verify_s + res.verify_s,
         )
         for i, (tok, kind) in enumerate(zip(kept, kinds, strict=True)):

@@ -15,6 +15,7 @@ from .sampling import SamplingParams, TokenDist
 
 DEFAULT_NGRAM_MIN = 1
 DEFAULT_NGRAM_MAX = 4
+MATCH_LEN_CAP = 64  # how far back a match's agreement is counted
 
 
 class NgramDrafter:
@@ -52,15 +53,13 @@ class NgramDrafter:
     ) -> Draft:
         """Up to n tokens copied from after the latest match of the longest tail n-gram."""
         self._sync(context)
-        tokens: list[int] = []
         for k in range(min(self.n_max, len(context) - 1), self.n_min - 1, -1):
             end = self._index.get(tuple(context[-k:]))
             if end is not None:
                 tokens = list(context[end : end + n])
-                break
-        # a deterministic proposal is a point mass: q(x) = 1
-        q = [] if sampling.greedy else [TokenDist(np.array([t]), np.array([1.0])) for t in tokens]
-        return Draft(tokens, q)
+                q = _point_masses(tokens, sampling)
+                return Draft(tokens, q, match_len=_agreement(context, end, k))
+        return Draft([], [])
 
     def _sync(self, context: Sequence[int]) -> None:
         common = 0
@@ -74,3 +73,20 @@ class NgramDrafter:
             for k in range(self.n_min, min(self.n_max, end) + 1):
                 self._index[tuple(self._tokens[end - k : end])] = end
         self._indexed_end = max(self._indexed_end, len(self._tokens) - 1)
+
+
+def _point_masses(tokens: list[int], sampling: SamplingParams) -> list[TokenDist]:
+    # a deterministic proposal is a point mass: q(x) = 1
+    return [] if sampling.greedy else [TokenDist(np.array([t]), np.array([1.0])) for t in tokens]
+
+
+def _agreement(context: Sequence[int], end: int, k: int) -> int:
+    """How many tokens before `end` agree with the context's tail (at least the k matched).
+
+    Text that has been copying its source for a while tends to go on copying it; a
+    fresh 1-4 token match is often a coincidence.
+    """
+    n = k
+    while n < MATCH_LEN_CAP and end - 1 - n >= 0 and context[end - 1 - n] == context[-1 - n]:
+        n += 1
+    return n

@@ -210,12 +210,14 @@ def test_a_miss_at_position_two_does_not_stop_drafting_for_good() -> None:
     # position 2's estimate low; plain rounds only scored position 1, so the policy
     # never drafted again although the lookup kept being right (640 plain rounds)
     p = AdaptiveGamma(CPU, draft_step_s=0.0)
-    p.observe(10, 0, verify_s=CPU.cost(11))  # a miss: rounds after a miss from now on
+    p.choose(16, match_len=8)
+    p.observe(10, 0, verify_s=CPU.cost(11))  # a miss
+    p.choose(16, match_len=8)
     p.observe(9, 1, verify_s=CPU.cost(10))  # ... and the next missed at position 2
     copy = list(range(1000, 1100))  # the text the lookup proposes, and the model writes
     chosen = []
     for i in range(60):
-        g = p.choose(16)
+        g = p.choose(16, match_len=8)
         chosen.append(g)
         if g:
             break
@@ -223,3 +225,24 @@ def test_a_miss_at_position_two_does_not_stop_drafting_for_good() -> None:
         p.observe_free(copy[i : i + 16], copy[i])
     assert chosen[-1] > 0, "never drafted again"
     assert len(chosen) <= 30
+
+
+def test_lookup_estimates_are_kept_apart_by_match_length() -> None:
+    # text that has followed its source for 64 tokens keeps copying it; a fresh 2-token
+    # match is often a coincidence: each keeps its own estimates
+    p = AdaptiveGamma(CPU, draft_step_s=0.0)
+    text = list(range(1000, 1400))  # what the model writes
+    i = 0
+    for _ in range(20):
+        g = p.choose(16, match_len=2)  # a fresh match proposes [7, 8]: wrong
+        p.observe(g, 0, verify_s=CPU.cost(g + 1))
+        if g == 0:  # a plain round scores the proposal all the same
+            p.observe_free([7, 8], text[i])
+        i += 1
+        g = p.choose(16, match_len=64)  # a long match proposes what follows: right
+        p.observe(g, g, verify_s=CPU.cost(g + 1))
+        if g == 0:
+            p.observe_free(text[i : i + 16], text[i])
+        i += g + 1
+    assert p.choose(16, match_len=2) == 0
+    assert p.choose(16, match_len=64) >= 12

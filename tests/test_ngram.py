@@ -29,6 +29,18 @@ def test_longest_latest_match_is_continued() -> None:
     assert propose(d, [*context, 7]) == [8, 1, 2, 3]
 
 
+def test_match_length_counts_the_agreement_before_the_match() -> None:
+    d = NgramDrafter()
+    source = list(range(100, 200))
+    # the context copied 30 tokens of its source (after unrelated text), then 90 more
+    ctx = [*source, 5, 6, *source[10:40]]
+    assert d.propose(ctx, 4, GREEDY, RNG).match_len == 30
+    ctx = [*source, 5, 6, *source[:100], 7, *source[50:52]]
+    assert d.propose(ctx, 4, GREEDY, RNG).match_len == 2  # a fresh match after a change
+    long = [*source, 5, *source[:90]]
+    assert d.propose(long, 4, GREEDY, RNG).match_len == 64  # counted up to a cap
+
+
 def test_latest_occurrence_wins_and_tail_never_matches_itself() -> None:
     d = NgramDrafter(n_min=1, n_max=2)
     assert propose(d, [5, 6]) == []  # (6,) occurs only as the tail
