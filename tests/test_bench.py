@@ -16,8 +16,10 @@ import pytest
 
 from edgespec.bench import llamacpp
 from edgespec.bench.report import build_report, text_report
+from edgespec.bench.runner import CEILING_SIZES
 from edgespec.bench.stats import (
     RunRecord,
+    ceiling_at,
     check_goals,
     expected_speedup,
     histogram,
@@ -102,6 +104,9 @@ def test_verify_ceiling() -> None:
     assert (k, best) == (10, pytest.approx(2.0))
     assert verify_ceiling([0.01] * 4) == (4, pytest.approx(4.0))  # free batches
     assert verify_ceiling([]) == (1, 1.0)
+    # the same bound from a few timed sizes (deep in a context, where rows cost more)
+    assert ceiling_at({1: 0.02, 16: 0.2, 48: 0.5}) == (48, pytest.approx(1.92))
+    assert ceiling_at({1: 0.02, 16: 0.4}) == (1, pytest.approx(1.0))
 
 
 def test_paired_ratios_skip_failed_reps() -> None:
@@ -297,6 +302,10 @@ def test_bench_cli_writes_json_and_png(
     assert rows["llama-lookup n=2"]["acceptance_rate"] == pytest.approx(24 / 28)
     assert "projection" in rows["ngram auto"] and "projection" not in rows["llama-lookup n=2"]
     assert report["verify_ceiling"]["speedup"] >= 1.0
+    for wname, w in report["workloads"].items():
+        ceiling = w["depth_ceiling"]  # timed at the prompt plus half the new tokens
+        assert ceiling["depth"] == w["prompt_tokens"] + w["max_tokens"] // 2, wname
+        assert ceiling["speedup"] >= 1.0 and ceiling["batch"] in CEILING_SIZES
     tiny_w = report["workloads"]["tiny"]
     assert tiny_w["auto"]["ngram"]["best_fixed_gamma"] == 2
     assert tiny_w["llama_lookup_best"] in (2, 4) and tiny_w["vs_llama_lookup"] > 0

@@ -44,6 +44,7 @@ def build_report(
             "temperature": w.temperature,
             "max_tokens": meta.get("max_tokens") or w.max_tokens,
             "prompt_tokens": info.get("prompt_tokens", {}).get(wname),
+            "depth_ceiling": info.get("depth_ceilings", {}).get(wname),
             "configs": rows,
             "auto": {},
         }
@@ -108,7 +109,7 @@ def summary_table(report: Mapping[str, Any]) -> str:
     head = ["workload", "T", "plain tok/s"]
     for d in drafters:
         head += [f"{d} auto", f"{d} best fixed (g)"]
-    head += ["llama-lookup best (n)", "ngram auto / lookup"]
+    head += ["llama-lookup best (n)", "ngram auto / lookup", "ceiling at depth"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for wname, w in report["workloads"].items():
         rows = w["configs"]
@@ -125,6 +126,8 @@ def summary_table(report: Mapping[str, Any]) -> str:
             cells.append(_fmt(w.get("vs_llama_lookup"), ".2f", "x"))
         else:
             cells += ["-", "-"]
+        ceiling = w.get("depth_ceiling")
+        cells.append(f"{ceiling['speedup']:.2f}x ({ceiling['depth']})" if ceiling else "-")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -187,7 +190,12 @@ def text_report(report: Mapping[str, Any]) -> str:
             f"verify-cost ceiling (calibrated curve): at most {v['speedup']:.2f}x over plain "
             f"even with every draft accepted (best at {v['batch']}-token verifies)"
         )
-    parts += ["", summary_table(report)]
+    parts += [
+        "ceiling at depth: the same bound timed at the workload's context depth (its prompt"
+        " plus half its new tokens), where attention makes every verified row dearer",
+        "",
+        summary_table(report),
+    ]
     for wname in report["workloads"]:
         parts += ["", f"### {wname}", "", detail_table(report, wname)]
     parts += ["", PROJECTION_NOTE, "", goals_table(report)]

@@ -11,7 +11,9 @@ the calibrated cost curves (measured once, up front, if missing).
 
 from __future__ import annotations
 
+import statistics
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,10 +29,12 @@ from ..ngram import NgramDrafter
 from ..sampling import SamplingParams
 from . import llamacpp
 from .memory import peak_rss_mib, reset_peak_rss
-from .stats import RunRecord
+from .stats import RunRecord, ceiling_at
 from .workloads import Workload
 
 PLAIN = "plain"
+CEILING_SIZES = (1, 8, 16, 24, 32, 40, 48)  # batch sizes timed for the ceiling at depth
+CEILING_REPS = 3
 Records = dict[str, dict[str, list[RunRecord | None]]]  # workload -> config label -> per rep
 
 
@@ -149,6 +153,7 @@ def run_bench(setup: BenchSetup) -> tuple[Records, dict]:
     configs = configs_for(setup, drafters)
     curves = _warm_up(target, drafters, setup)
     records: Records = {}
+    depth_ceilings: dict[str, dict] = {}
     for w in setup.workloads:
         max_tokens = setup.max_tokens if setup.max_tokens is not None else w.max_tokens
         per: dict[str, list[RunRecord | None]] = {c.label: [] for c in configs}
@@ -170,6 +175,7 @@ def run_bench(setup: BenchSetup) -> tuple[Records, dict]:
                         f"{rec.tokens_per_second:7.1f} tok/s  {rec.generated} tokens"
                     )
         records[w.name] = per
+        depth_ceilings[w.name] = measure_depth_ceiling(target, w, max_tokens)
     info = {
         "target": str(target.path),
         "target_size_bytes": target.path.stat().st_size,
@@ -185,12 +191,42 @@ def run_bench(setup: BenchSetup) -> tuple[Records, dict]:
         "configs": [c.__dict__ for c in configs],
         "calibration": curves,
         "llama_cpp_binaries": {k: str(v) for k, v in bins.items()},
+        "depth_ceilings": depth_ceilings,
         "prompt_tokens": {
             w.name: len(target.tokenize(w.prompt, add_special=True, parse_special=True))
             for w in setup.workloads
         },
     }
     return records, info
+
+
+def measure_depth_ceiling(target: LlamaModel, w: Workload, max_tokens: int) -> dict:
+    """The verify-cost ceiling at the depth where the workload's generation runs.
+
+    Attention over the context is paid per verified row, so a batch costs relatively
+    more next to one token deep in a long prompt than in the calibration's short one.
+    Measured at the prompt plus half the new tokens: the best k * cost(1) / cost(k)
+    over CEILING_SIZES, medians of CEILING_REPS timings.
+    """
+    tokens = target.tokenize(w.prompt, add_special=True, parse_special=True)
+    sizes = [k for k in CEILING_SIZES if k <= target.n_batch]
+    depth = min(len(tokens) + max_tokens // 2, target.n_ctx - sizes[-1])
+    filler = tokens * (1 + (depth + sizes[-1]) // max(1, len(tokens)))
+    target.reset()
+    if depth > 0:
+        target.decode(filler[:depth], logits="none")
+    seconds: dict[int, float] = {}
+    for k in sizes:
+        samples = []
+        for _ in range(CEILING_REPS):
+            t0 = time.perf_counter()
+            target.decode(filler[depth : depth + k], logits="all")
+            samples.append(time.perf_counter() - t0)
+            target.truncate(depth)
+        seconds[k] = statistics.median(samples)
+    target.reset()
+    batch, speedup = ceiling_at(seconds)
+    return {"depth": depth, "batch": batch, "speedup": speedup, "seconds": seconds}
 
 
 def _warm_up(target: LlamaModel, drafters: dict[str, LoadedDrafter], setup: BenchSetup) -> dict:

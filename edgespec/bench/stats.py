@@ -90,6 +90,15 @@ def verify_ceiling(seconds: Sequence[float]) -> tuple[int, float]:
     return best, best * seconds[0] / seconds[best - 1]
 
 
+def ceiling_at(seconds: Mapping[int, float]) -> tuple[int, float]:
+    """verify_ceiling over some batch sizes only: seconds[k] is one call on k tokens (k=1 given)."""
+    one = seconds.get(1, 0.0)
+    if one <= 0:
+        return 1, 1.0
+    best = max(seconds, key=lambda k: k * one / seconds[k])
+    return best, best * one / seconds[best]
+
+
 def histogram(lengths: Iterable[int], max_len: int | None = None) -> list[int]:
     """counts[k] = rounds that accepted exactly k draft tokens, k = 0..max."""
     vals = list(lengths)
