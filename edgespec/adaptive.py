@@ -97,6 +97,7 @@ class AdaptiveGamma:
         self._shadow_pos = 0  # its next position to score (0-based)
         self._shadow_key = self._key
         self._scale_num, self._scale_den = 0.0, 0.0  # discounted sums behind `scale`
+        self._draft_num, self._draft_den = 0.0, 0.0  # ... and behind `draft_scale`
         self.k_scale: dict[int, float] = {}  # the same ratio per batch size, once observed
         self._idle_rounds = 0
         self._probe_after = FIRST_PROBE_AFTER
@@ -111,6 +112,16 @@ class AdaptiveGamma:
         not averaged in, or unseen sizes would look cheap next to seen ones early on.
         """
         return self._scale_num / self._scale_den if self._scale_den else 1.0
+
+    @property
+    def draft_scale(self) -> float:
+        """Measured / calibrated drafting time (1.0 until measured).
+
+        The calibration times one step of the draft model alone; a round also catches
+        the draft up on the tokens the last round added, and a cross-vocabulary drafter
+        re-tokenises its text (about 30% more).
+        """
+        return self._draft_num / self._draft_den if self._draft_den else 1.0
 
     @property
     def accept(self) -> AcceptanceEstimate:
@@ -128,11 +139,11 @@ class AdaptiveGamma:
 
     def round_costs(self, n: int) -> list[float]:
         """round_cost(0), ..., round_cost(n) in one pass."""
-        out, verify = [], 0.0
+        out, verify, step = [], 0.0, self.draft_step_s * self.draft_scale
         for g in range(n + 1):
             # a longer batch never costs less, whatever the noisy per-size corrections say
             verify = max(verify, self.k_scale.get(g + 1, self.scale) * self.verify.cost(g + 1))
-            out.append(verify + self.draft_step_s * g)
+            out.append(verify + step * g)
         return out
 
     def expected_tokens(self, g: int) -> float:
@@ -188,11 +199,15 @@ class AdaptiveGamma:
         about that many expected tokens and costs the verify-curve step; keep it if
         that beats the rate of a plain round (the floor every choice must beat).
         """
-        marginal = self.round_cost(i) - self.round_cost(i - 1) - self.draft_step_s
-        return cumulative_conf * self.round_cost(0) > marginal
+        costs = self.round_costs(i)
+        marginal = costs[i] - costs[i - 1] - self.draft_step_s * self.draft_scale
+        return cumulative_conf * costs[0] > marginal
 
-    def observe(self, drafted: int, accepted: int, verify_s: float) -> None:
-        """Update acceptance estimates and the cost scale from a finished round."""
+    def observe(self, drafted: int, accepted: int, verify_s: float, draft_s: float = 0.0) -> None:
+        """Update acceptance estimates and the cost scales from a finished round."""
+        if drafted and draft_s > 0 and self.draft_step_s > 0:
+            self._draft_num = SCALE_DISCOUNT * self._draft_num + draft_s
+            self._draft_den = SCALE_DISCOUNT * self._draft_den + drafted * self.draft_step_s
         self.accept.observe(drafted, accepted)
         if drafted:
             self._after_miss = accepted < drafted

@@ -159,7 +159,7 @@ def stream_generate(
         keep = policy.keep_drafting if policy is not None else None
         res = speculative_step(target, drafter, context, g, sampling, rng, keep, proposal=proposal)
         if policy is not None:
-            policy.observe(len(res.draft), res.n_accepted, res.verify_s)
+            policy.observe(len(res.draft), res.n_accepted, res.verify_s, res.draft_s)
             if g == 0 and proposal is not None:
                 policy.observe_free(proposal.tokens, res.next_token)
         kept = [*res.draft[: res.n_accepted], res.next_token]

@@ -246,3 +246,18 @@ def test_lookup_estimates_are_kept_apart_by_match_length() -> None:
         i += g + 1
     assert p.choose(16, match_len=2) == 0
     assert p.choose(16, match_len=64) >= 12
+
+
+def test_drafting_time_is_learned_from_the_rounds() -> None:
+    # the calibration timed one draft step; real rounds (catch-up decodes, a
+    # cross-vocabulary re-tokenisation) can take longer: the policy goes by them
+    p = policy_with_rate(CPU, 0.95, step=0.002)
+    g = p.choose(16)
+    assert g > 0 and p.draft_scale == 1.0
+    for _ in range(20):
+        p.observe(g, g, verify_s=CPU.cost(g + 1), draft_s=4 * 0.002 * g)
+    assert p.draft_scale == pytest.approx(4.0)
+    assert p.round_cost(3) - p.round_cost(0) == pytest.approx(
+        CPU.cost(4) - CPU.cost(1) + 3 * 4 * 0.002
+    )
+    assert p.choose(16) < g
