@@ -155,7 +155,8 @@ class CodeStop:
             if not s:
                 continue
             if k == len(lines) - 1 and not final:  # still growing
-                if self._needle[j].startswith(line.lstrip()):
+                # compared stripped, as a whole line is: a trailing space may stay
+                if self._needle[j].startswith(s):
                     return _Match.LIVE, matched + len(s)
                 return _Match.DEAD, matched
             if s == self._needle[j]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from edgespec.codestop import CodeStop
@@ -79,7 +79,7 @@ def snippets(max_size: int) -> st.SearchStrategy[str]:
     return st.lists(ALPHABET, max_size=max_size).map("".join)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, derandomize=True)
 @given(
     suffix=SUFFIXES,
     pieces=st.lists(snippets(6), max_size=25),
@@ -101,8 +101,11 @@ def test_streaming_never_takes_text_back(suffix, pieces, at_line_start, max_line
     assert "".join(pieces).startswith(c.text)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, derandomize=True)
 @given(suffix=SUFFIXES, text=snippets(20), chunk=st.integers(1, 7))
+# found by a random run: a trailing space killed the growing repetition one character
+# at a time, while a chunk ending the line compared it stripped and cut
+@example(suffix="\n\nprint(f(2))\n", text="\nprint(f(2)) \n", chunk=2)
 def test_chunking_does_not_change_the_outcome_without_line_limits(suffix, text, chunk):
     """With the suffix rule alone, one character at a time and any chunking agree."""
     a = run(suffix, text, chunk=1)
