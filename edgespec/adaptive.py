@@ -104,6 +104,22 @@ class AdaptiveGamma:
         self._since_plain = 0
         self.chosen: list[int] = []
 
+    def start_generation(self) -> None:
+        """Forget what belongs to the last generation's text, keep what was learned.
+
+        The acceptance estimates and cost scales carry over, so that a server's short
+        completions (often too short to learn in) start from its earlier requests.
+        """
+        self._shadow, self._shadow_pos = [], 0
+        self._after_miss = False
+        self._key = _context_key(None, False)
+        self.chosen = []
+
+    @property
+    def observed(self) -> float:
+        """How much the policy has seen: discounted draft positions scored, all contexts."""
+        return sum(sum(e.tries) for e in self._estimates.values())
+
     @property
     def scale(self) -> float:
         """Measured / calibrated verify time over all batch sizes (1.0 until measured).

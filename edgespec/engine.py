@@ -214,7 +214,10 @@ def resolve_gamma(
 ) -> AdaptiveGamma | None:
     """An adaptive policy for gamma="auto" (or a given one), None for a fixed gamma."""
     if isinstance(gamma, AdaptiveGamma):
-        return gamma if drafter is not None else None
+        if drafter is None:
+            return None
+        gamma.start_generation()
+        return gamma
     if gamma == "auto":
         return make_policy(target, drafter) if drafter is not None else None
     if isinstance(gamma, str) or gamma < 0:

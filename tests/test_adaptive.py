@@ -261,3 +261,18 @@ def test_drafting_time_is_learned_from_the_rounds() -> None:
         CPU.cost(4) - CPU.cost(1) + 3 * 4 * 0.002
     )
     assert p.choose(16) < g
+
+
+def test_a_new_generation_keeps_the_estimates_and_drops_the_old_text() -> None:
+    p = AdaptiveGamma(CPU, draft_step_s=0.0)
+    text = list(range(1000, 1100))
+    for i in range(10):  # plain rounds scoring a lookup that keeps being right
+        p.choose(16, match_len=64)
+        p.observe(0, 0, verify_s=CPU.cost(1))
+        p.observe_free(text[i : i + 16], text[i])
+    seen = p.observed
+    assert seen > 0 and p.chosen
+    p.start_generation()
+    assert p.observed == seen and not p.chosen
+    p.observe_free([5, 6], 7)  # the old proposal is not scored against the new text
+    assert p.observed == pytest.approx(seen + 1)  # only position 1 of the new one

@@ -83,3 +83,19 @@ def test_cancel_closes_the_engine(fim_session: CompletionSession) -> None:
 def test_engine_stop_reason_passes_through(fim_session: CompletionSession) -> None:
     r = run(fim_session, [[(10, "a")]])
     assert (r.stop, r.finish_reason) == ("max_tokens", "length")
+
+
+def test_an_auto_session_carries_what_its_policy_learned(synthetic_models) -> None:
+    # short completions are too short to learn in: every request shares one policy
+    from edgespec.adaptive import AdaptiveGamma
+    from edgespec.completion import load_session
+
+    session = load_session(str(synthetic_models["target"]), "ngram", gamma="auto", n_ctx=1024)
+    policy = session._gamma()
+    assert isinstance(policy, AdaptiveGamma) and policy.observed == 0
+    text = "one two three four five six seven eight nine ten " * 3
+    items = list(session.run(CompletionRequest(session.text_prompt(text), 24)))
+    assert isinstance(items[-1], CompletionResult) and items[-1].text
+    learned = policy.observed
+    assert learned > 0
+    assert session._gamma() is policy  # the next request starts from what it learned
