@@ -64,11 +64,10 @@ class AcceptanceEstimate:
         for i in range(1, drafted + 1):
             if i > accepted + 1:
                 break  # never verified on its own merit: an earlier token was rejected
-            self.hits[i - 1] = DISCOUNT * self.hits[i - 1] + (1.0 if i <= accepted else 0.0)
-            self.tries[i - 1] = DISCOUNT * self.tries[i - 1] + 1.0
+            self.observe_position(i, i <= accepted)
 
     def observe_position(self, i: int, hit: bool) -> None:
-        """Position i alone was scored (a lookup's proposal during plain rounds)."""
+        """Position i was scored: verified, or a lookup's proposal during plain rounds."""
         self.hits[i - 1] = DISCOUNT * self.hits[i - 1] + (1.0 if hit else 0.0)
         self.tries[i - 1] = DISCOUNT * self.tries[i - 1] + 1.0
 

@@ -84,14 +84,11 @@ def verify_ceiling(seconds: Sequence[float]) -> tuple[int, float]:
     call on k tokens yields k tokens, so the speed-up over plain decoding is at most
     max_k k * seconds[0] / seconds[k-1].
     """
-    if not seconds or seconds[0] <= 0:
-        return 1, 1.0
-    best = max(range(1, len(seconds) + 1), key=lambda k: k * seconds[0] / seconds[k - 1])
-    return best, best * seconds[0] / seconds[best - 1]
+    return ceiling_at(dict(enumerate(seconds, start=1)))
 
 
 def ceiling_at(seconds: Mapping[int, float]) -> tuple[int, float]:
-    """verify_ceiling over some batch sizes only: seconds[k] is one call on k tokens (k=1 given)."""
+    """The same bound over the batch sizes timed: seconds[k] is one call on k tokens."""
     one = seconds.get(1, 0.0)
     if one <= 0:
         return 1, 1.0
