@@ -280,3 +280,18 @@ def test_a_new_generation_keeps_the_estimates_and_drops_the_old_text() -> None:
     assert p.observed == seen and not p.chosen
     p.observe_free([5, 6], 7)  # the old proposal is not scored against the new text
     assert p.observed == pytest.approx(seen + 1)  # only position 1 of the new one
+
+
+def test_a_fresh_long_match_is_drafted_at_once_a_fresh_short_one_is_not() -> None:
+    # text that agrees with its source for 16+ tokens goes on copying it in nearly every
+    # text measured, so a long-match band starts confident; a short match starts neutral
+    p = AdaptiveGamma(CPU, draft_step_s=0.0)
+    assert p.choose(16, match_len=64) >= 12
+    assert p.choose(16, match_len=20) >= 12
+    assert p.choose(16, match_len=2) == 0
+    assert p.choose(16, match_len=8) == 0
+    # a long match that keeps missing loses its head start within a few rounds
+    for _ in range(4):
+        g = p.choose(16, match_len=64)
+        p.observe(g, 0, verify_s=CPU.cost(g + 1))
+    assert p.choose(16, match_len=64) == 0
