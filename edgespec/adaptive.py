@@ -160,9 +160,9 @@ class AdaptiveGamma:
         """Predicted seconds for a round drafting g tokens."""
         return self.round_costs(g)[g]
 
-    def round_costs(self, n: int) -> list[float]:
-        """round_cost(0), ..., round_cost(n) in one pass."""
-        out, verify, step = [], 0.0, self.draft_step_s * self.draft_scale
+    def round_costs(self, n: int, *, free_draft: bool = False) -> list[float]:
+        """round_cost(0), ..., round_cost(n) in one pass (free_draft: a lookup's tokens)."""
+        out, verify, step = [], 0.0, 0.0 if free_draft else self.draft_step_s * self.draft_scale
         for g in range(n + 1):
             # a longer batch never costs less, whatever the noisy per-size corrections say
             verify = max(verify, self.k_scale.get(g + 1, self.scale) * self.verify.cost(g + 1))
@@ -181,11 +181,12 @@ class AdaptiveGamma:
         """Draft length for the next round, at most `limit` (room left in budget/context).
 
         match_len is the lookup proposal's agreement with its source (Draft.match_len),
-        when the proposal is known before choosing; None for model drafters.
+        when the proposal is known before choosing; None for model drafters. A lookup's
+        tokens cost no draft time, even when a draft model stands behind it (composite).
         """
         self._key = _context_key(match_len, self._after_miss)
         limit = min(limit, self.max_gamma)
-        costs = self.round_costs(limit)
+        costs = self.round_costs(limit, free_draft=match_len is not None)
         best_g, best_rate = 0, MIN_GAIN / costs[0]
         total, run = 1.0, 1.0
         for g, a in enumerate(self.accept.rates(limit), start=1):

@@ -81,6 +81,12 @@ def speculative_step(
     return RoundResult(draft.tokens, draft.model_calls, n, nxt, t1 - t0, time.perf_counter() - t1)
 
 
+def _free_first(drafter: Drafter | None) -> Drafter | None:
+    """A composite's first drafter when it is a lookup (no model): asked before gamma."""
+    first = getattr(drafter, "first", None)
+    return first if first is not None and getattr(first, "model", None) is None else None
+
+
 def _point_mass(token: int) -> TokenDist:
     # a deterministic drafter proposes x with q(x) = 1
     return TokenDist(ids=np.array([token]), probs=np.array([1.0]))
@@ -125,6 +131,7 @@ def stream_generate(
     if drafter is not None and (policy is not None or fixed_gamma > 0):
         drafter.prefill(prompt_tokens)
     free_drafter = drafter is not None and getattr(drafter, "model", None) is None
+    lookup = drafter if free_drafter else _free_first(drafter)
     stats = Stats(
         prompt_tokens=len(prompt_tokens),
         prompt_cached=cached,
@@ -145,13 +152,17 @@ def stream_generate(
         # verify in one llama_decode: at most n_batch rows
         limit = max(0, min(max_tokens - len(out_tokens) - 1, room - 1, target.n_batch - 1))
         proposal, lookup_s = None, 0.0
-        if policy is not None and free_drafter and limit > 0:
+        if policy is not None and lookup is not None and limit > 0:
             # a lookup costs nothing: ask it first, so that the policy sees how long
             # its match is, and learns from the proposal even when it drafts nothing
             t0 = time.perf_counter()
-            proposal = drafter.propose(context, policy.max_gamma, sampling, rng)  # type: ignore[union-attr]
+            proposal = lookup.propose(context, policy.max_gamma, sampling, rng)
             lookup_s = time.perf_counter() - t0
-            g = policy.choose(limit, match_len=proposal.match_len)
+            if proposal.tokens or lookup is drafter:
+                g = policy.choose(limit, match_len=proposal.match_len)
+            else:  # no match: the composite's draft model proposes, once gamma is chosen
+                proposal = None
+                g = policy.choose(limit)
         elif policy is not None:
             g = policy.choose(limit)
         else:
@@ -159,7 +170,9 @@ def stream_generate(
         keep = policy.keep_drafting if policy is not None else None
         res = speculative_step(target, drafter, context, g, sampling, rng, keep, proposal=proposal)
         if policy is not None:
-            policy.observe(len(res.draft), res.n_accepted, res.verify_s, res.draft_s)
+            # only a draft model's time teaches the policy what a draft step costs
+            draft_s = 0.0 if proposal is not None else res.draft_s
+            policy.observe(len(res.draft), res.n_accepted, res.verify_s, draft_s)
             if g == 0 and proposal is not None:
                 policy.observe_free(proposal.tokens, res.next_token)
         kept = [*res.draft[: res.n_accepted], res.next_token]

@@ -10,7 +10,7 @@ from edgespec import costs
 from edgespec.adaptive import FIRST_PROBE_AFTER, AdaptiveGamma
 from edgespec.backend import LlamaModel
 from edgespec.costs import CostCurve, load_or_measure
-from edgespec.drafters import ModelDrafter
+from edgespec.drafters import CompositeDrafter, ModelDrafter
 from edgespec.engine import generate
 from edgespec.ngram import NgramDrafter
 
@@ -295,3 +295,37 @@ def test_a_fresh_long_match_is_drafted_at_once_a_fresh_short_one_is_not() -> Non
         g = p.choose(16, match_len=64)
         p.observe(g, 0, verify_s=CPU.cost(g + 1))
     assert p.choose(16, match_len=64) == 0
+
+
+def test_lookup_tokens_cost_no_draft_time_even_with_a_draft_model_behind() -> None:
+    # a composite (ngram+MODEL) whose draft model is too slow to pay: its own drafts are
+    # priced with the model's step, a lookup proposal is free
+    p = policy_with_rate(CPU, 0.95, step=0.05)
+    assert p.choose(16) == 0
+    assert p.choose(16, match_len=64) >= 12
+    assert p.round_costs(4, free_draft=True)[4] == pytest.approx(CPU.cost(5))
+
+
+def test_a_composite_asks_its_lookup_before_choosing(synthetic_models) -> None:
+    prompt = "the cat sat on the mat and the dog sat on the mat and the cat"
+    seen: list[int | None] = []
+
+    class Recording(AdaptiveGamma):
+        def choose(self, limit: int, *, match_len: int | None = None) -> int:
+            seen.append(match_len)
+            return super().choose(limit, match_len=match_len)
+
+    with (
+        LlamaModel(synthetic_models["target"], n_ctx=512, n_threads=1) as target,
+        LlamaModel(synthetic_models["draft_same"], n_ctx=512, n_threads=1) as same,
+    ):
+        composite = CompositeDrafter(NgramDrafter(), ModelDrafter(same))
+        policy = Recording(load_or_measure(target), draft_step_s=1e-4)
+        plain = generate(target, prompt, max_tokens=60, gamma=0)
+        auto = generate(target, prompt, drafter=composite, max_tokens=60, gamma=policy)
+    assert auto.tokens == plain.tokens
+    # the repeated prompt gives the lookup matches: those rounds are chosen knowing
+    # their match length, the others (no match) fall back to the draft model
+    assert any(m is not None for m in seen)
+    if auto.stats.draft_calls == 0:  # only a draft model's rounds teach the draft time
+        assert policy.draft_scale == 1.0
