@@ -81,10 +81,18 @@ def speculative_step(
     return RoundResult(draft.tokens, draft.model_calls, n, nxt, t1 - t0, time.perf_counter() - t1)
 
 
-def _free_first(drafter: Drafter | None) -> Drafter | None:
-    """A composite's first drafter when it is a lookup (no model): asked before gamma."""
+def _split_lookup(drafter: Drafter | None) -> tuple[Drafter | None, Drafter | None]:
+    """(the lookup, asked before gamma is chosen; the drafter to use when it has nothing).
+
+    A lookup drafter is (itself, None); a composite whose first drafter is a lookup is
+    (that lookup, its fallback); anything else (None, itself).
+    """
+    if drafter is not None and getattr(drafter, "model", None) is None:
+        return drafter, None
     first = getattr(drafter, "first", None)
-    return first if first is not None and getattr(first, "model", None) is None else None
+    if first is not None and getattr(first, "model", None) is None:
+        return first, drafter.fallback  # type: ignore[union-attr]
+    return None, drafter
 
 
 def _point_mass(token: int) -> TokenDist:
@@ -130,8 +138,7 @@ def stream_generate(
         target.decode(prompt_tokens[cached:-1], logits="none")
     if drafter is not None and (policy is not None or fixed_gamma > 0):
         drafter.prefill(prompt_tokens)
-    free_drafter = drafter is not None and getattr(drafter, "model", None) is None
-    lookup = drafter if free_drafter else _free_first(drafter)
+    lookup, fallback = _split_lookup(drafter)
     stats = Stats(
         prompt_tokens=len(prompt_tokens),
         prompt_cached=cached,
@@ -151,24 +158,24 @@ def stream_generate(
         # never draft past max_tokens or the context (the round adds g + 1 tokens), and
         # verify in one llama_decode: at most n_batch rows
         limit = max(0, min(max_tokens - len(out_tokens) - 1, room - 1, target.n_batch - 1))
-        proposal, lookup_s = None, 0.0
+        proposal, lookup_s, source = None, 0.0, drafter
         if policy is not None and lookup is not None and limit > 0:
             # a lookup costs nothing: ask it first, so that the policy sees how long
             # its match is, and learns from the proposal even when it drafts nothing
             t0 = time.perf_counter()
             proposal = lookup.propose(context, policy.max_gamma, sampling, rng)
             lookup_s = time.perf_counter() - t0
-            if proposal.tokens or lookup is drafter:
+            if proposal.tokens or fallback is None:
                 g = policy.choose(limit, match_len=proposal.match_len)
             else:  # no match: the composite's draft model proposes, once gamma is chosen
-                proposal = None
+                proposal, source = None, fallback
                 g = policy.choose(limit)
         elif policy is not None:
             g = policy.choose(limit)
         else:
             g = min(fixed_gamma, limit)
         keep = policy.keep_drafting if policy is not None else None
-        res = speculative_step(target, drafter, context, g, sampling, rng, keep, proposal=proposal)
+        res = speculative_step(target, source, context, g, sampling, rng, keep, proposal=proposal)
         if policy is not None:
             # only a draft model's time teaches the policy what a draft step costs
             draft_s = 0.0 if proposal is not None else res.draft_s
