@@ -44,7 +44,23 @@ def test_match_length_counts_the_agreement_before_the_match() -> None:
 def test_latest_occurrence_wins_and_tail_never_matches_itself() -> None:
     d = NgramDrafter(n_min=1, n_max=2)
     assert propose(d, [5, 6]) == []  # (6,) occurs only as the tail
-    assert propose(d, [5, 6, 1, 5, 6, 2, 5, 6]) == [2, 5, 6]
+    # (5, 6) was followed by 1 and then by 1 again: the latest occurrence is continued
+    assert propose(d, [5, 6, 1, 7, 5, 6, 1, 8, 5, 6]) == [1, 8, 5, 6]
+
+
+def test_a_short_match_with_different_successors_is_not_proposed() -> None:
+    d = NgramDrafter(n_min=1, n_max=2)
+    # (5, 6) was followed by 1, then by 2: a coin toss, not worth a verify
+    assert propose(d, [5, 6, 1, 5, 6, 2, 5, 6]) == []
+    # the same tail with a long agreement before it is a copy in progress
+    d = NgramDrafter(n_min=1, n_max=2)
+    source = [10, 11, 12, 13, 14, 5, 6]
+    draft = d.propose([5, 6, 2, *source, 1, *source], 4, GREEDY, RNG)
+    assert draft.tokens == [1, 10, 11, 12] and draft.match_len == 7
+    # a gram is contested once two successors are seen, including later in the context
+    d = NgramDrafter(n_min=1, n_max=1)
+    assert propose(d, [3, 4, 9, 3]) == [4, 9, 3]
+    assert propose(d, [3, 4, 9, 3, 5, 3]) == []
 
 
 def test_changed_context_rebuilds_the_index() -> None:
