@@ -21,7 +21,9 @@ MATCH_LEN_CAP = 64  # how far back a match's agreement is counted
 # the bench's (code edits, summaries, completions), the first token of such proposals
 # was right 31% of the time, against 64% for short matches whose n-gram was always
 # followed by the same token. With two threads a 1-token draft costs 1.9x a plain
-# step, so those proposals never pay, and mixed in they blur the short matches that do.
+# step, so those proposals never pay here, and mixed in they blur the short matches
+# that do. (Where a verify costs about one step, on a GPU, they might pay a little:
+# not measured, no GPU here.)
 CONTESTED_MIN_MATCH = 4
 _CONTESTED = -1  # in the index: the gram has been followed by different tokens
 
