@@ -9,12 +9,15 @@ policy never chooses to lose (up to estimation error and the probes below).
 a_i are running estimates per position, discounted so that they follow the text
 (code copying vs free writing). verify(k) is the calibrated cost curve, corrected
 online by the measured verify times, per batch size once it has been seen, which
-tracks context depth, machine load, and a calibration taken on a busy machine.
+tracks context depth, machine load, and a calibration taken on a busy machine;
+sizes not yet seen are interpolated between the ones that have been.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from .costs import MAX_VERIFY, CostCurve
 
@@ -106,6 +109,9 @@ class AdaptiveGamma:
         self._scale_num, self._scale_den = 0.0, 0.0  # discounted sums behind `scale`
         self._draft_num, self._draft_den = 0.0, 0.0  # ... and behind `draft_scale`
         self.k_scale: dict[int, float] = {}  # the same ratio per batch size, once observed
+        # ... for batch sizes 1..max_gamma + 1 (index k - 1), interpolated between the
+        # observed ones, so that an unseen size is priced like its observed neighbours
+        self._size_ratio: list[float] = []
         self._idle_rounds = 0
         self._probe_after = FIRST_PROBE_AFTER
         self._since_plain = 0
@@ -163,9 +169,11 @@ class AdaptiveGamma:
     def round_costs(self, n: int, *, free_draft: bool = False) -> list[float]:
         """round_cost(0), ..., round_cost(n) in one pass (free_draft: a lookup's tokens)."""
         out, verify, step = [], 0.0, 0.0 if free_draft else self.draft_step_s * self.draft_scale
+        ratio = self._size_ratio
         for g in range(n + 1):
+            r = ratio[g] if g < len(ratio) else self.scale
             # a longer batch never costs less, whatever the noisy per-size corrections say
-            verify = max(verify, self.k_scale.get(g + 1, self.scale) * self.verify.cost(g + 1))
+            verify = max(verify, r * self.verify.cost(g + 1))
             out.append(verify + step * g)
         return out
 
@@ -246,6 +254,7 @@ class AdaptiveGamma:
             self.k_scale[k] = (
                 ratio if prev is None else SCALE_DISCOUNT * prev + (1 - SCALE_DISCOUNT) * ratio
             )
+            self._size_ratio = _interpolate(self.k_scale, self.max_gamma + 1)
 
     def observe_free(self, proposed: list[int], produced: int) -> None:
         """A lookup drafter's proposal in a plain round, scored against the token produced.
@@ -271,6 +280,18 @@ class AdaptiveGamma:
         if hit and not self._shadow and len(proposed) > 1:
             self._shadow, self._shadow_pos = list(proposed[: self.max_gamma]), 1
             self._shadow_key = self._key
+
+
+def _interpolate(by_size: dict[int, float], n: int) -> list[float]:
+    """by_size's values at 1..n: linear between the observed sizes, flat beyond them.
+
+    Deep in a context a long batch costs relatively more than the calibration says
+    (attention is paid per row). Priced at the mean ratio, which the many plain
+    rounds pull down, an unseen size looked cheaper than the sizes just seen, and
+    on a long copy the policy drafted one token less each round: 47, 46, 45, ...
+    """
+    ks = sorted(by_size)
+    return np.interp(np.arange(1, n + 1), ks, [by_size[k] for k in ks]).tolist()
 
 
 def _could_pay(costs: list[float]) -> bool:

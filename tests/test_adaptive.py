@@ -282,6 +282,21 @@ def test_a_new_generation_keeps_the_estimates_and_drops_the_old_text() -> None:
     assert p.observed == pytest.approx(seen + 1)  # only position 1 of the new one
 
 
+def test_a_long_copy_keeps_its_draft_length_when_long_batches_cost_more() -> None:
+    # deep in a context a long verify costs 30% more than calibrated, a plain step what
+    # was calibrated: a batch size not seen yet must be priced like the seen ones next
+    # to it, not at the mean ratio, or the draft shrinks by one token every round
+    p = AdaptiveGamma(CPU, draft_step_s=0.0)
+    for _ in range(20):
+        p.observe(0, 0, verify_s=CPU.cost(1))
+    chosen = []
+    for _ in range(8):
+        g = p.choose(47, match_len=64)
+        p.observe(g, g, verify_s=1.3 * CPU.cost(g + 1))
+        chosen.append(g)
+    assert chosen[0] > 0 and chosen[1:] == [47] * 7  # the first round learns the cost
+
+
 def test_a_fresh_long_match_is_drafted_at_once_a_fresh_short_one_is_not() -> None:
     # text that agrees with its source for 16+ tokens goes on copying it in nearly every
     # text measured, so a long-match band starts confident; a short match starts neutral
