@@ -10,7 +10,9 @@ a_i are running estimates per position, discounted so that they follow the text
 (code copying vs free writing). verify(k) is the calibrated cost curve, corrected
 online by the measured verify times, per batch size once it has been seen, which
 tracks context depth, machine load, and a calibration taken on a busy machine;
-sizes not yet seen are interpolated between the ones that have been.
+sizes not yet seen are interpolated between the ones that have been. Only batch
+sizes the calibration timed are chosen: on CPUs the cost is a staircase (see
+costs.CALIBRATION_SIZES), and an interpolated size can cost 25% more than priced.
 """
 
 from __future__ import annotations
@@ -98,6 +100,7 @@ class AdaptiveGamma:
         self.verify = verify
         self.draft_step_s = draft_step_s
         self.max_gamma = max_gamma
+        self._timed = frozenset(verify.timed_sizes())  # batch sizes a round may verify
         # acceptance depends on where the text is: estimates are kept apart by context
         # (see _context_key), and each round uses the one for its own context
         self._estimates: dict[tuple[str, int], AcceptanceEstimate] = {}
@@ -168,14 +171,12 @@ class AdaptiveGamma:
 
     def round_costs(self, n: int, *, free_draft: bool = False) -> list[float]:
         """round_cost(0), ..., round_cost(n) in one pass (free_draft: a lookup's tokens)."""
-        out, verify, step = [], 0.0, 0.0 if free_draft else self.draft_step_s * self.draft_scale
+        step = 0.0 if free_draft else self.draft_step_s * self.draft_scale
         ratio = self._size_ratio
-        for g in range(n + 1):
-            r = ratio[g] if g < len(ratio) else self.scale
-            # a longer batch never costs less, whatever the noisy per-size corrections say
-            verify = max(verify, r * self.verify.cost(g + 1))
-            out.append(verify + step * g)
-        return out
+        return [
+            (ratio[g] if g < len(ratio) else self.scale) * self.verify.cost(g + 1) + step * g
+            for g in range(n + 1)
+        ]
 
     def expected_tokens(self, g: int) -> float:
         """E(g): tokens a round drafting g yields, from the acceptance estimates."""
@@ -201,7 +202,7 @@ class AdaptiveGamma:
             run *= a
             total += run
             rate = total / costs[g]
-            if rate > best_rate:
+            if rate > best_rate and g + 1 in self._timed:
                 best_g, best_rate = g, rate
         if best_g > 0:
             self._since_plain += 1
@@ -250,6 +251,8 @@ class AdaptiveGamma:
             ratio = verify_s / predicted
             self._scale_num = SCALE_DISCOUNT * self._scale_num + ratio
             self._scale_den = SCALE_DISCOUNT * self._scale_den + 1.0
+            if k not in self._timed:
+                return  # (a short proposal) its interpolated price would skew its neighbours
             prev = self.k_scale.get(k)
             self.k_scale[k] = (
                 ratio if prev is None else SCALE_DISCOUNT * prev + (1 - SCALE_DISCOUNT) * ratio

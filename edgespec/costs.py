@@ -23,21 +23,26 @@ from .backend import FAST_KERNELS, LlamaModel
 MAX_VERIFY = 48  # rows of a verify batch: the pending token and up to 47 draft tokens
 CALIBRATION_DEPTH = 64  # context depth the curve is measured at
 CALIBRATION_REPS = 4
-# batch sizes timed; the others are interpolated (the curve is smooth past k = 4,
-# with multiples of 4 a few percent cheaper per row, which is what is measured)
-CALIBRATION_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 40, 48)
+# Batch sizes timed. On CPUs the cost is a staircase, not a smooth curve: llama.cpp's
+# matmul kernels take rows four at a time, so 4m rows cost less than 4m - 1 (measured
+# here with 2 threads: 7 rows 4.1x one token, 8 rows 3.3x, 9 rows 4.5x; 11 rows 5.0x,
+# 12 rows 4.3x). Every size up to 8 is timed, then every multiple of 4, and the policy
+# drafts only to sizes that were timed; the others are interpolated, for reference.
+CALIBRATION_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48)
+CURVE_VERSION = 2  # part of the cache key: curves cached before the staircase are re-measured
 NOISY_SPREAD = 1.25  # median / fastest repetition above this: something else was running
 _FILLER = "The quick brown fox jumps over the lazy dog near the river bank. " * 12
 
 
 @dataclass(frozen=True)
 class CostCurve:
-    """Median seconds of one decode of k tokens with logits on every row, k = 1..len."""
+    """Seconds of one decode of k tokens with logits on every row, k = 1..len."""
 
     model: str
     key: str
     seconds: tuple[float, ...]  # seconds[k - 1] for a batch of k tokens
     noisy: bool = False  # repetitions disagreed: the machine was busy; not cached
+    timed: tuple[int, ...] = ()  # the sizes measured (empty: all of them)
 
     def cost(self, k: int) -> float:
         """Seconds for a batch of k tokens (linear extrapolation past the measured range)."""
@@ -45,6 +50,10 @@ class CostCurve:
             return self.seconds[k - 1]
         slope = self.seconds[-1] - self.seconds[-2]
         return self.seconds[-1] + slope * (k - len(self.seconds))
+
+    def timed_sizes(self) -> tuple[int, ...]:
+        """The batch sizes that were measured rather than interpolated."""
+        return self.timed or tuple(range(1, len(self.seconds) + 1))
 
     def ratios(self) -> list[float]:
         """Cost of each batch size relative to one token."""
@@ -64,6 +73,7 @@ def machine_key(model: LlamaModel, max_k: int) -> str:
         f"gpu_layers={model.n_gpu_layers}",
         f"fast_kernels={FAST_KERNELS}",
         f"max_k={max_k}",
+        f"curve=v{CURVE_VERSION}",
     ]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:24]
 
@@ -81,7 +91,11 @@ def _cpu_name() -> str:
 def measure_curve(
     model: LlamaModel, *, max_k: int = MAX_VERIFY, reps: int = CALIBRATION_REPS
 ) -> CostCurve:
-    """Time decodes of 1..max_k tokens at a fixed depth; the model's cache is left empty."""
+    """Time decodes of 1..max_k tokens at a fixed depth; the model's cache is left empty.
+
+    Each size's fastest repetition counts; sizes between the timed ones are interpolated.
+    No smoothing: a longer batch can cost less (see CALIBRATION_SIZES).
+    """
     tokens = model.tokenize(_FILLER)
     while len(tokens) < CALIBRATION_DEPTH + max_k:
         tokens += tokens
@@ -99,13 +113,12 @@ def measure_curve(
     best = {k: min(v) for k, v in samples.items()}
     spread = max(sorted(v)[len(v) // 2] / min(v) for v in samples.values())
     secs = tuple(float(np.interp(k, sizes, [best[s] for s in sizes])) for k in range(1, max_k + 1))
-    # a longer batch never costs less: smooth away timing noise that says otherwise
-    mono = tuple(max(secs[: i + 1]) for i in range(len(secs)))
     return CostCurve(
         model=model.path.name,
         key=machine_key(model, max_k),
-        seconds=mono,
+        seconds=secs,
         noisy=spread > NOISY_SPREAD,
+        timed=tuple(sizes),
     )
 
 
@@ -135,7 +148,12 @@ def load_or_measure(
     cache = _read_cache(path)
     if not refresh and key in cache:
         entry = cache[key]
-        curve = CostCurve(model=entry["model"], key=key, seconds=tuple(entry["seconds"]))
+        curve = CostCurve(
+            model=entry["model"],
+            key=key,
+            seconds=tuple(entry["seconds"]),
+            timed=tuple(entry.get("timed", ())),
+        )
     else:
         curve = measure_curve(model, max_k=max_k)
         if not curve.noisy:  # a busy machine's curve is kept for this process only

@@ -166,7 +166,8 @@ def stream_generate(
             proposal = lookup.propose(context, policy.max_gamma, sampling, rng)
             lookup_s = time.perf_counter() - t0
             if proposal.tokens or fallback is None:
-                g = policy.choose(limit, match_len=proposal.match_len)
+                # sized to the proposal: the policy picks among the batch sizes it timed
+                g = policy.choose(min(limit, len(proposal.tokens)), match_len=proposal.match_len)
             else:  # no match: the composite's draft model proposes, once gamma is chosen
                 proposal, source = None, fallback
                 g = policy.choose(limit)

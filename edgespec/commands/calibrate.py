@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..costs import CALIBRATION_SIZES, calibration_file, load_or_measure
+from ..costs import calibration_file, load_or_measure
 from ..loading import load_pair
 from .options import add_model_options
 
@@ -35,7 +35,12 @@ def run(args: argparse.Namespace) -> int:
         curves["draft"] = load_or_measure(draft_model, max_k=2, refresh=args.refresh)
     if args.json:
         out = {
-            name: {"model": c.model, "seconds": list(c.seconds), "ratios": c.ratios()}
+            name: {
+                "model": c.model,
+                "seconds": list(c.seconds),
+                "ratios": c.ratios(),
+                "timed": list(c.timed_sizes()),
+            }
             for name, c in curves.items()
         }
         print(json.dumps({"cache": str(calibration_file()), "threads": target.n_threads, **out}))
@@ -43,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     t = curves["target"]
     print(f"target {t.model}, {target.n_threads} threads (cache: {calibration_file()})")
     print(f"{'k':>3} {'ms':>8} {'x one token':>12}  (timed sizes; the others are interpolated)")
-    timed = set(CALIBRATION_SIZES) | {len(t.seconds)}
+    timed = set(t.timed_sizes())
     for k, (sec, ratio) in enumerate(zip(t.seconds, t.ratios(), strict=True), start=1):
         if k in timed:
             print(f"{k:>3} {sec * 1000:>8.2f} {ratio:>12.2f}")
