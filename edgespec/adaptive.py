@@ -212,7 +212,7 @@ class AdaptiveGamma:
                 best_g = 0
         else:
             self._since_plain = 0
-        if best_g == 0 and limit > 0 and self.draft_step_s > 0 and _could_pay(costs):
+        if best_g == 0 and limit > 0 and self.draft_step_s > 0 and _could_pay(costs, self._timed):
             # the estimates can only recover if someone drafts: probe rarely, with backoff
             self._idle_rounds += 1
             if self._idle_rounds >= self._probe_after:
@@ -297,13 +297,16 @@ def _interpolate(by_size: dict[int, float], n: int) -> list[float]:
     return np.interp(np.arange(1, n + 1), ks, [by_size[k] for k in ks]).tolist()
 
 
-def _could_pay(costs: list[float]) -> bool:
+def _could_pay(costs: list[float], timed: frozenset[int]) -> bool:
     """Would drafting beat plain decoding even if every draft token were accepted?
 
-    costs[g] is a round drafting g tokens. A draft model as slow as its target never
-    can: then probing only loses.
+    costs[g] is a round drafting g tokens, verified in a batch of g + 1 (only timed
+    sizes are ever chosen). A draft model as slow as its target never can: then
+    probing only loses.
     """
-    return any((g + 1) / c > MIN_GAIN / costs[0] for g, c in enumerate(costs) if g)
+    return any(
+        (g + 1) / c > MIN_GAIN / costs[0] for g, c in enumerate(costs) if g and g + 1 in timed
+    )
 
 
 def _prior(key: tuple[str, int]) -> float:

@@ -384,10 +384,11 @@ def test_a_lookup_round_is_sized_to_its_proposal(synthetic_models) -> None:
                 limits.append(limit)
             return super().choose(limit, match_len=match_len)
 
-    prompt = [5, 6, 7, 8, 9, 10, 5, 6, 7]  # the tail 5 6 7 recurs 3 tokens back
+    prompt = [5, 6, 7, 8, 9, 10, 5, 6, 7]  # the tail 5 6 7 also opens the prompt
     with LlamaModel(synthetic_models["target"], n_ctx=256, n_threads=1) as target:
         policy = Recording(load_or_measure(target), draft_step_s=0.0)
-        generate(target, prompt, drafter=NgramDrafter(), max_tokens=1 + 1, gamma=policy)
+        generate(target, prompt, drafter=NgramDrafter(), max_tokens=2, gamma=policy)
         generate(target, prompt, drafter=NgramDrafter(), max_tokens=40, gamma=policy)
-    # the first proposal is what followed the earlier 5 6 7: "8 9 10 5 6 7", 6 tokens
+    # the first proposal is what followed that 5 6 7, "8 9 10 5 6 7": 6 tokens; the
+    # limit is the smaller of that and the room left (1 draft token when 2 are asked for)
     assert limits[0] == 1 and limits[1] == 6
