@@ -212,7 +212,7 @@ class AdaptiveGamma:
                 best_g = 0
         else:
             self._since_plain = 0
-        if best_g == 0 and limit > 0 and self.draft_step_s > 0 and _could_pay(costs, self._timed):
+        if best_g == 0 and limit > 0 and self.draft_step_s > 0 and self._probe_could_pay(limit):
             # the estimates can only recover if someone drafts: probe rarely, with backoff
             self._idle_rounds += 1
             if self._idle_rounds >= self._probe_after:
@@ -224,6 +224,16 @@ class AdaptiveGamma:
             self._probe_after = FIRST_PROBE_AFTER
         self.chosen.append(best_g)
         return best_g
+
+    def _probe_could_pay(self, limit: int) -> bool:
+        """Is a probe worth it: could a draft pay at the calibrated costs, fully accepted?
+
+        The calibration times target and draft alike; the online corrections scale the
+        verify only, so deep in a long prompt drafting looked cheap, and a cross-
+        vocabulary draft model that cannot pay was probed (0.3 s a probe, for nothing).
+        """
+        calibrated = [self.verify.cost(g + 1) + self.draft_step_s * g for g in range(limit + 1)]
+        return _could_pay(calibrated, self._timed)
 
     def keep_drafting(self, i: int, cumulative_conf: float) -> bool:
         """Early stop for model drafters: is draft token i (1-based) worth verifying?

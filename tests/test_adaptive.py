@@ -392,3 +392,13 @@ def test_a_lookup_round_is_sized_to_its_proposal(synthetic_models) -> None:
     # the first proposal is what followed that 5 6 7, "8 9 10 5 6 7": 6 tokens; the
     # limit is the smaller of that and the room left (1 draft token when 2 are asked for)
     assert limits[0] == 1 and limits[1] == 6
+
+
+def test_a_draft_that_cannot_pay_is_not_probed_when_the_target_slows_down() -> None:
+    # at the calibrated costs even full acceptance loses (a draft step 0.9x a target
+    # step); deep in a long prompt the target's steps take 1.3x as long, the draft's
+    # are never timed: scaling the verify alone would make a probe look worth it
+    p = AdaptiveGamma(CPU, draft_step_s=0.009)
+    for _ in range(20):
+        p.observe(0, 0, verify_s=1.3 * CPU.cost(1))
+    assert [p.choose(16) for _ in range(4 * FIRST_PROBE_AFTER)] == [0] * (4 * FIRST_PROBE_AFTER)
