@@ -146,15 +146,8 @@ def load_or_measure(
         return _process_curves[key]
     path = calibration_file()
     cache = _read_cache(path)
-    if not refresh and key in cache:
-        entry = cache[key]
-        curve = CostCurve(
-            model=entry["model"],
-            key=key,
-            seconds=tuple(entry["seconds"]),
-            timed=tuple(entry.get("timed", ())),
-        )
-    else:
+    curve = None if refresh else _cached_curve(cache.get(key), key, max_k)
+    if curve is None:
         curve = measure_curve(model, max_k=max_k)
         if not curve.noisy:  # a busy machine's curve is kept for this process only
             cache[key] = asdict(curve)
@@ -164,6 +157,19 @@ def load_or_measure(
 
 
 _process_curves: dict[str, CostCurve] = {}
+
+
+def _cached_curve(entry: dict | None, key: str, max_k: int) -> CostCurve | None:
+    """A cache entry as a curve, or None when absent or malformed (then: measure again)."""
+    try:
+        seconds = tuple(float(x) for x in entry["seconds"])
+        timed = tuple(int(k) for k in entry.get("timed", ()))
+        model = str(entry["model"])
+    except (TypeError, KeyError, ValueError, AttributeError):
+        return None
+    if len(seconds) != max_k or min(seconds) <= 0 or not set(timed) <= set(range(1, max_k + 1)):
+        return None
+    return CostCurve(model=model, key=key, seconds=seconds, timed=timed)
 
 
 def _read_cache(path: Path) -> dict:

@@ -121,6 +121,11 @@ def test_calibration_is_cached(synthetic_models, tmp_path, monkeypatch) -> None:
         (tmp_path / "calibration.json").write_text("{not json")
         costs._process_curves.clear()
         assert len(load_or_measure(m, max_k=5).seconds) == 5  # corrupt cache: measured again
+        for bad in ({"model": "m", "seconds": "fast"}, {"model": "m", "seconds": [1, 2]}):
+            (tmp_path / "calibration.json").write_text(json.dumps({curve.key: bad}))
+            costs._process_curves.clear()
+            again = load_or_measure(m, max_k=5)  # a malformed entry: measured again
+            assert len(again.seconds) == 5 and again.timed == (1, 2, 3, 4, 5)
 
 
 def test_a_noisy_calibration_is_not_cached(synthetic_models, tmp_path, monkeypatch) -> None:
