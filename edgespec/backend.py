@@ -108,7 +108,7 @@ class LlamaModel:
     Args:
         path: the .gguf file.
         n_ctx: context length in tokens (capped at the model's training length).
-        n_threads: CPU threads for decoding (default: cores available).
+        n_threads: CPU threads for decoding (None or <= 0: the cores available).
         n_gpu_layers: layers to offload to Metal/CUDA/Vulkan (0 on a CPU build).
     """
 
@@ -137,7 +137,8 @@ class LlamaModel:
         self._vocab = ll.llama_model_get_vocab(model)
         self.n_vocab = ll.llama_vocab_n_tokens(self._vocab)
         self.n_gpu_layers = n_gpu_layers
-        self.n_threads = n_threads or default_threads()
+        # as llama.cpp's own -t: 0 or less means every core (llama_context takes it as is)
+        self.n_threads = n_threads if n_threads and n_threads > 0 else default_threads()
 
         n_ctx_train = ll.llama_model_n_ctx_train(model)
         cparams = ll.llama_context_default_params()

@@ -50,6 +50,13 @@ def test_a_batch_larger_than_a_small_context_is_chunked_not_an_abort(synthetic_m
         assert m.tokens == tokens
 
 
+@pytest.mark.parametrize("threads", [0, -1, -4])
+def test_threads_of_zero_or_less_mean_every_core_as_in_llama_cpp(synthetic_models, threads) -> None:
+    # llama.cpp's C API takes a count of -1 as it is; its command line means "every core"
+    with LlamaModel(synthetic_models["target"], n_ctx=128, n_threads=threads) as m:
+        assert m.n_threads == backend.default_threads() >= 1
+
+
 def test_truncate_falls_back_to_redecoding_when_removal_is_refused(target, monkeypatch) -> None:
     tokens = target.tokenize("the cat sat on the mat and the dog")
     target.decode(tokens, logits="none")

@@ -366,3 +366,42 @@ def test_bench_bad_options(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
     err = capsys.readouterr().err
     assert "reps must be >= 1" in err and "gamma must be" in err and "no such folder" in err
     assert not os.path.exists(tmp_path / "none")
+
+
+def test_bench_refuses_an_unwritable_report_before_running(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import edgespec.commands.bench as bench_cmd
+
+    def must_not_run(*_a: object, **_k: object) -> dict:
+        raise AssertionError("the benchmark ran before its output path was checked")
+
+    monkeypatch.setattr(bench_cmd, "_report", must_not_run)
+    missing = tmp_path / "no" / "such" / "dir"
+    assert main(["bench", "--json", str(missing / "r.json")]) == 1
+    assert main(["bench", "--chart", str(missing / "r.png")]) == 1
+    assert main(["bench", "--json", str(tmp_path)]) == 1  # a folder
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 3 and all(line.startswith("edgespec: error: --") for line in err)
+    assert "cannot write in" in err[0] and "is a folder" in err[2]
+    assert list(tmp_path.iterdir()) == []  # no probe file left behind
+
+
+def test_bench_report_is_replaced_whole_or_not_at_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from edgespec.commands.bench import _write_output
+
+    out = tmp_path / "r.json"
+    out.write_text("the previous report")
+
+    def fail_halfway(tmp: Path) -> None:
+        tmp.write_text("half a rep")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(InvalidParameterError, match="--json: cannot write .*No space left"):
+        _write_output(out, "--json", fail_halfway)
+    assert out.read_text() == "the previous report"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+    _write_output(out, "--json", lambda tmp: tmp.write_text("new"))
+    assert out.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["r.json"]

@@ -99,7 +99,7 @@ def write_chart(report: Mapping[str, Any], path: str | Path) -> Path:
         hax.tick_params(labelsize=7)
         hax.xaxis.set_major_locator(MaxNLocator(integer=True))
     out = Path(path)
-    fig.savefig(out, dpi=110)
+    fig.savefig(out, dpi=110, format="png")  # whatever the name ends in
     plt.close(fig)
     return out
 

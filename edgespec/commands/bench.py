@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--reps", type=int, default=None, help=f"repetitions ({DEFAULT_REPS})")
     p.add_argument("--max-tokens", type=int, default=None, help="override each workload's")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads (default, 0: all cores)")
     p.add_argument("--ctx", type=int, default=4096, help="context length in tokens")
     p.add_argument("--json", type=Path, default=None, help="write the full report here")
     p.add_argument("--chart", type=Path, default=None, help="write a PNG chart here")
@@ -122,6 +125,9 @@ def run(args: argparse.Namespace) -> int:
     if args.llama_cpp_bin is not None and not args.llama_cpp_bin.is_dir():
         raise InvalidParameterError(f"--llama-cpp-bin: no such folder {args.llama_cpp_bin}")
     workloads = select_workloads(args.workloads)
+    for option, path in (("--json", args.json), ("--chart", args.chart)):
+        if path is not None:
+            _check_writable(path, option)
     setup = BenchSetup(
         target=args.target,
         drafters=drafters,
@@ -137,11 +143,10 @@ def run(args: argparse.Namespace) -> int:
     report = _report(setup, workloads)
     print(text_report(report))
     if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=1))
+        text = json.dumps(report, indent=1)
+        _write_output(args.json, "--json", lambda tmp: tmp.write_text(text, encoding="utf-8"))
     if args.chart is not None:
-        from ..bench.chart import write_chart
-
-        write_chart(report, args.chart)
+        _write_chart(report, args.chart)
     return 0
 
 
@@ -149,16 +154,45 @@ def _rerender(saved: Path, chart: Path | None) -> int:
     """Print the tables of a saved report and redraw its chart."""
     from ..bench.report import finish, text_report
 
+    if chart is not None:
+        _check_writable(chart, "--chart")
     try:
         report = finish(json.loads(saved.read_text(encoding="utf-8")))
     except (OSError, ValueError, KeyError, AttributeError) as e:
         raise InvalidParameterError(f"cannot read report {saved}: {e}") from None
     print(text_report(report))
     if chart is not None:
-        from ..bench.chart import write_chart
-
-        write_chart(report, chart)
+        _write_chart(report, chart)
     return 0
+
+
+def _write_chart(report: dict, path: Path) -> None:
+    from ..bench.chart import write_chart
+
+    _write_output(path, "--chart", lambda tmp: write_chart(report, tmp))
+
+
+def _check_writable(path: Path, option: str) -> None:
+    """Refuse an output path that cannot be written before the run, not after it."""
+    if path.is_dir():
+        raise InvalidParameterError(f"{option}: {path} is a folder")
+    try:
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}."):
+            pass
+    except OSError as e:
+        where = path.parent
+        raise InvalidParameterError(f"{option}: cannot write in {where}: {e.strerror}") from None
+
+
+def _write_output(path: Path, option: str, write: Callable[[Path], object]) -> None:
+    """Write through a temporary file and rename it: never a half-written report."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise InvalidParameterError(f"{option}: cannot write {path}: {e.strerror}") from None
 
 
 def _report(setup: BenchSetup, workloads: list[Workload]) -> dict:
