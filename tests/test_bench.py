@@ -387,9 +387,7 @@ def test_bench_refuses_an_unwritable_report_before_running(
     assert list(tmp_path.iterdir()) == []  # no probe file left behind
 
 
-def test_bench_report_is_replaced_whole_or_not_at_all(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_bench_report_is_replaced_whole_or_not_at_all(tmp_path: Path) -> None:
     from edgespec.commands.bench import _write_output
 
     out = tmp_path / "r.json"

@@ -48,7 +48,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--reps", type=int, default=None, help=f"repetitions ({DEFAULT_REPS})")
     p.add_argument("--max-tokens", type=int, default=None, help="override each workload's")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads (default, 0: all cores)")
+    p.add_argument(
+        "--threads", type=int, default=None, help="CPU threads (0: all cores, the default)"
+    )
     p.add_argument("--ctx", type=int, default=4096, help="context length in tokens")
     p.add_argument("--json", type=Path, default=None, help="write the full report here")
     p.add_argument("--chart", type=Path, default=None, help="write a PNG chart here")

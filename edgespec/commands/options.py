@@ -39,7 +39,9 @@ def add_model_options(
     """--target/--draft and how to run them (threads, context, GPU layers)."""
     p.add_argument("--target", default=target, help=f"target: .gguf path or model name ({target})")
     p.add_argument("--draft", default=draft, help=draft_help)
-    p.add_argument("--threads", type=int, default=None, help="CPU threads (default, 0: all cores)")
+    p.add_argument(
+        "--threads", type=int, default=None, help="CPU threads (0: all cores, the default)"
+    )
     p.add_argument("--ctx", type=int, default=None, help="context length in tokens")
     p.add_argument("--gpu-layers", type=int, default=0, help="target layers to offload")
     p.add_argument("--draft-gpu-layers", type=int, default=0, help="draft layers to offload")
