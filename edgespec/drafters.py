@@ -13,6 +13,11 @@ from .sampling import SamplingParams, TokenDist, greedy_tokens, process_logits
 
 # keep(i, p): is draft token i (1-based), whose draft probability with tokens 1..i-1
 # is p, worth verifying? Supplied by the adaptive policy; drafters stop at a "no".
+# When sampling, p must not depend on token i itself: a draft that proposed x only
+# where q(x) is high would propose from q cut to those tokens, while the target
+# accepts and resamples by q, and the output would no longer follow the target (a
+# 50/50 target came out 60/40). So p is the probability of tokens 1..i-1 times the
+# largest q(x) at position i, known before x is drawn (with greedy drafts: q(x)).
 KeepDrafting = Callable[[int, float], bool]
 
 
@@ -90,17 +95,18 @@ class ModelDrafter:
         q: list[TokenDist] = []
         confidence = 1.0  # the draft's probability of all its tokens so far
         for i in range(n):
-            if sampling.greedy:
+            dist = None if sampling.greedy else process_logits(logits, sampling)[0]
+            if keep is not None:
+                top = _top_probability(logits[0]) if dist is None else float(dist.probs.max())
+                if not keep(i + 1, confidence * top):
+                    break  # decided before x is drawn (see KeepDrafting)
+            if dist is None:
                 x = int(greedy_tokens(logits)[0])
                 if keep is not None:
-                    confidence *= _top_probability(logits[0])
+                    confidence *= top
             else:
-                dist = process_logits(logits, sampling)[0]
                 x = dist.sample(rng)
                 confidence *= dist.prob(x)
-            if keep is not None and not keep(i + 1, confidence):
-                break
-            if not sampling.greedy:
                 q.append(dist)
             tokens.append(x)
             if m.is_eog(x):

@@ -95,18 +95,22 @@ def propose_shared(
     confidence = 1.0  # the draft's probability of its tokens so far
     for i in range(n):
         row = np.where(tmap.outside, -np.inf, logits[0])
-        if sampling.greedy:
+        dist = None if sampling.greedy else process_logits(row, sampling)[0]
+        if keep is not None:
+            top = _top_probability(row) if dist is None else float(dist.probs.max())
+            if not keep(i + 1, confidence * top):
+                break  # decided before x is drawn (see drafters.KeepDrafting)
+        if dist is None:
             x = int(greedy_tokens(row)[0])
             if keep is not None:
-                confidence *= _top_probability(row)
+                confidence *= top
         else:
-            dist = process_logits(row, sampling)[0]
             x = dist.sample(rng)
             confidence *= dist.prob(x)
-        if tmap.outside[x] or (keep is not None and not keep(i + 1, confidence)):
-            break
+        if tmap.outside[x]:
+            break  # only when no shared token is left: the row is all -inf
         tokens.append(int(tmap.to_target[x]))
-        if not sampling.greedy:
+        if dist is not None:
             q.append(tmap.mapped(dist))
         if i + 1 < n:
             logits = model.decode([x], logits="last")

@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
+from edgespec.adaptive import AdaptiveGamma
 from edgespec.backend import LlamaModel
+from edgespec.costs import CostCurve
 from edgespec.drafters import ModelDrafter
 from edgespec.engine import generate
 from edgespec.sampling import SamplingParams, process_logits
@@ -52,12 +54,12 @@ def _pvalue(samples: list[int], probs: np.ndarray) -> float:
     return sps.chisquare(observed, expected).pvalue
 
 
-def _sample_first_two(target, prompt, drafter, sp: SamplingParams, runs: int = RUNS):
+def _sample_first_two(target, prompt, drafter, sp: SamplingParams, runs: int = RUNS, gamma=3):
     """First and second tokens of `runs` seeded speculative generations, and the acceptance."""
     firsts, seconds, accepted, drafted = [], [], 0, 0
     for seed in range(runs):
         done = generate(
-            target, prompt, drafter=drafter, max_tokens=3, gamma=3, sampling=sp, seed=seed
+            target, prompt, drafter=drafter, max_tokens=3, gamma=gamma, sampling=sp, seed=seed
         )
         firsts.append(done.tokens[0])
         seconds.append(done.tokens[1])
@@ -80,5 +82,46 @@ def test_first_and_second_token_follow_target(synthetic_models, sp: SamplingPara
         assert 0.5 * np.abs(p1 - q1).sum() > 0.2
         firsts, seconds, acceptance = _sample_first_two(target, prompt, ModelDrafter(draft), sp)
     assert 0.05 < acceptance < 0.95  # both the accept and the resample branches ran
+    assert _pvalue(firsts, p1) > ALPHA
+    assert _pvalue(seconds, p2) > ALPHA
+
+
+class _ConfidentDraftsOnly(AdaptiveGamma):
+    """Three draft tokens a round, each kept only while the draft is confident enough.
+
+    The adaptive policy's early stop (keep_drafting) with its costs taken out, so that
+    the stop bites on every round. A draft that decided after drawing x, by q(x),
+    proposed from q cut to its likely tokens: the output followed the draft, not the
+    target (found by review; the fixed-gamma test above never stops early).
+    """
+
+    def __init__(self, threshold: float) -> None:
+        super().__init__(CostCurve("t", "k", seconds=(1.0, 1.2, 1.4, 1.6)), draft_step_s=0.01)
+        self.threshold = threshold
+        self.stops = 0
+
+    def choose(self, limit: int, *, match_len: int | None = None) -> int:
+        return min(3, limit)
+
+    def keep_drafting(self, i: int, cumulative_conf: float) -> bool:
+        keep = cumulative_conf > self.threshold
+        self.stops += not keep
+        return keep
+
+
+def test_early_stopped_drafts_keep_the_target_distribution(synthetic_models) -> None:
+    sp = CONFIGS[0]
+    with (
+        LlamaModel(synthetic_models["target"], n_ctx=256, n_threads=1) as target,
+        LlamaModel(synthetic_models["draft_noisy"], n_ctx=256, n_threads=1) as draft,
+    ):
+        prompt = target.tokenize(PROMPT, parse_special=True)
+        p1, p2 = _exact_first_two(synthetic_models["target"], prompt, sp, target.n_vocab)
+        policy = _ConfidentDraftsOnly(threshold=0.2)
+        firsts, seconds, acceptance = _sample_first_two(
+            target, prompt, ModelDrafter(draft), sp, gamma=policy
+        )
+    assert policy.stops > RUNS // 4  # the early stop really cut drafts short
+    assert 0.05 < acceptance < 0.95
     assert _pvalue(firsts, p1) > ALPHA
     assert _pvalue(seconds, p2) > ALPHA
