@@ -179,6 +179,14 @@ class CompletionSession:
         """
         return self._policy if self._policy is not None else self.gamma
 
+    @staticmethod
+    def _emit(text: str, code: CodeStop | None, parts: list[str]) -> Iterator[str]:
+        """Pass the engine's text through the code rules (if any); yield what they release."""
+        piece = code.push(text) if code is not None else text
+        if piece:
+            parts.append(piece)
+            yield piece
+
     def check_prompt(self, tokens: Sequence[int]) -> None:
         """Refuse an empty prompt, or one the context cannot hold with a token to spare."""
         if not tokens:
@@ -211,6 +219,7 @@ class CompletionSession:
             )
         parts: list[str] = []
         tokens: list[int] = []
+        streamed = ""  # the engine's text as its TokenEvents carried it
         stats = Stats(prompt_tokens=len(req.prompt))
         stop: str | None = None  # our own stop, pending the end of the round
         engine_stop = StopReason.MAX_TOKENS
@@ -236,10 +245,8 @@ class CompletionSession:
                         stop = "fim_token"
                         continue
                     tokens.append(ev.token)
-                    piece = code.push(ev.text) if code is not None else ev.text
-                    if piece:
-                        parts.append(piece)
-                        yield piece
+                    streamed += ev.text
+                    yield from self._emit(ev.text, code, parts)
                     if code is not None and code.stop_reason is not None:
                         stop = code.stop_reason
                 elif isinstance(ev, RoundEvent):
@@ -248,6 +255,9 @@ class CompletionSession:
                         break
                 elif isinstance(ev, DoneEvent):
                     stats, engine_stop = ev.stats, ev.stop_reason
+                    # text the engine held back (a possible stop string) or flushed
+                    if ev.text.startswith(streamed):
+                        yield from self._emit(ev.text[len(streamed) :], code, parts)
         finally:
             gen.close()  # on cancel or error: the caches keep committed tokens only
         if code is not None:

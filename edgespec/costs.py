@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import platform
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -167,7 +169,9 @@ def _cached_curve(entry: dict | None, key: str, max_k: int) -> CostCurve | None:
         model = str(entry["model"])
     except (TypeError, KeyError, ValueError, AttributeError):
         return None
-    if len(seconds) != max_k or min(seconds) <= 0 or not set(timed) <= set(range(1, max_k + 1)):
+    if len(seconds) != max_k or not all(math.isfinite(x) and x > 0 for x in seconds):
+        return None  # (json reads NaN and Infinity: a NaN cost would stop all drafting)
+    if not set(timed) <= set(range(1, max_k + 1)):
         return None
     return CostCurve(model=model, key=key, seconds=seconds, timed=timed)
 
@@ -181,10 +185,16 @@ def _read_cache(path: Path) -> dict:
 
 
 def _write_cache(path: Path, cache: dict) -> None:
+    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(cache, indent=1))
+        # a name of its own per writer: two threads (a server's sessions) once shared one
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        tmp = Path(name)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(cache, indent=1))
         os.replace(tmp, path)
     except OSError:
-        pass  # a read-only cache only costs a re-measurement next time
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+        # a read-only cache only costs a re-measurement next time

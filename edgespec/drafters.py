@@ -70,6 +70,8 @@ class ModelDrafter:
 
     def prefill(self, context: Sequence[int]) -> None:
         """Bring the draft cache up to context[:-1], as the target's, during prompt time."""
+        if len(context) > self.model.n_ctx:
+            return  # a draft with a shorter context drafts nothing here (see propose)
         cached = self.model.reuse_prefix(context)
         if len(context) - 1 > cached:
             self.model.decode(context[cached:-1], logits="none")

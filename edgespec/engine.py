@@ -114,7 +114,10 @@ def stream_generate(
     """Generate from prompt, yielding TokenEvents, a RoundEvent per round, then a DoneEvent.
 
     The target's KV cache keeps the longest common prefix with earlier calls, so
-    a follow-up turn only processes its new tokens.
+    a follow-up turn only processes its new tokens. The TokenEvents' texts never
+    hold any part of a stop string; with stop strings, text that could begin one
+    is held back, so DoneEvent.text can end in text no TokenEvent carried (as it
+    can end in bytes the detokenizer flushed): consumers add what is missing.
     """
     sampling = sampling or SamplingParams()
     policy = resolve_gamma(gamma, target, drafter)
@@ -146,6 +149,7 @@ def stream_generate(
     )
     context = list(prompt_tokens)
     detok = Detokenizer(target.token_bytes)
+    streamed = 0  # characters of detok.text the TokenEvents have carried so far
     out_tokens: list[int] = []
     reason = StopReason.MAX_TOKENS
     rnd = 0
@@ -158,12 +162,12 @@ def stream_generate(
         # never draft past max_tokens or the context (the round adds g + 1 tokens), and
         # verify in one llama_decode: at most n_batch rows
         limit = max(0, min(max_tokens - len(out_tokens) - 1, room - 1, target.n_batch - 1))
-        proposal, lookup_s, source = None, 0.0, drafter
+        proposal, looked_up, lookup_s, source = None, None, 0.0, drafter
         if policy is not None and lookup is not None and limit > 0:
             # a lookup costs nothing: ask it first, so that the policy sees how long
             # its match is, and learns from the proposal even when it drafts nothing
             t0 = time.perf_counter()
-            proposal = lookup.propose(context, policy.max_gamma, sampling, rng)
+            proposal = looked_up = lookup.propose(context, policy.max_gamma, sampling, rng)
             lookup_s = time.perf_counter() - t0
             if proposal.tokens or fallback is None:
                 # sized to the proposal: the policy picks among the batch sizes it timed
@@ -181,8 +185,10 @@ def stream_generate(
             # only a draft model's time teaches the policy what a draft step costs
             draft_s = 0.0 if proposal is not None else res.draft_s
             policy.observe(len(res.draft), res.n_accepted, res.verify_s, draft_s)
-            if g == 0 and proposal is not None:
-                policy.observe_free(proposal.tokens, res.next_token)
+            if g == 0 and looked_up is not None:
+                # (also when the composite's model stood in: an earlier proposal being
+                # scored a token a round must move on with the text)
+                policy.observe_free(proposal.tokens if proposal is not None else [], res.next_token)
         kept = [*res.draft[: res.n_accepted], res.next_token]
         kinds = [TokenKind.ACCEPTED] * res.n_accepted
         if res.n_accepted < len(res.draft):
@@ -214,10 +220,13 @@ def stream_generate(
             piece = detok.push(tok)
             hit = _find_stop(detok.text, stop, len(piece))
             if hit is not None:
-                piece = piece[: max(0, len(piece) - (len(detok.text) - hit))]
                 detok.text = detok.text[:hit]
                 reason = StopReason.STOP_STRING
-            yield TokenEvent(kind, tok, piece, rnd)
+            # text that may be the start of a stop string is held back until it is not,
+            # or a stream would carry part of a stop string that the final text drops
+            end = len(detok.text) - (0 if hit is not None else _partial_stop(detok.text, stop))
+            yield TokenEvent(kind, tok, detok.text[streamed:end], rnd)
+            streamed = max(streamed, end)
             if reason is not StopReason.MAX_TOKENS:
                 break
         stats = replace(stats, generated=len(out_tokens), wall_s=time.perf_counter() - t_start)
@@ -267,6 +276,17 @@ def _position_counts(
         tried[i] += 1
         hit[i] += 1 if i < accepted else 0
     return tuple(tried), tuple(hit)
+
+
+def _partial_stop(text: str, stops: Sequence[str]) -> int:
+    """Length of the longest end of text that begins some stop string (0 if none)."""
+    best = 0
+    for s in stops:
+        for k in range(min(len(s) - 1, len(text)), best, -1):
+            if text.endswith(s[:k]):
+                best = k
+                break
+    return best
 
 
 def _find_stop(text: str, stops: Sequence[str], n_new: int) -> int | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -121,11 +122,50 @@ def test_calibration_is_cached(synthetic_models, tmp_path, monkeypatch) -> None:
         (tmp_path / "calibration.json").write_text("{not json")
         costs._process_curves.clear()
         assert len(load_or_measure(m, max_k=5).seconds) == 5  # corrupt cache: measured again
-        for bad in ({"model": "m", "seconds": "fast"}, {"model": "m", "seconds": [1, 2]}):
+        nan, inf = [float("nan"), 1, 2, 3, 4], [1, 2, 3, 4, float("inf")]
+        for bad in (
+            {"model": "m", "seconds": "fast"},
+            {"model": "m", "seconds": [1, 2]},
+            {"model": "m", "seconds": nan},  # json writes NaN and reads it back
+            {"model": "m", "seconds": inf},
+        ):
             (tmp_path / "calibration.json").write_text(json.dumps({curve.key: bad}))
             costs._process_curves.clear()
             again = load_or_measure(m, max_k=5)  # a malformed entry: measured again
             assert len(again.seconds) == 5 and again.timed == (1, 2, 3, 4, 5)
+            assert all(math.isfinite(x) for x in again.seconds)
+
+
+def test_two_threads_writing_the_cache_never_leave_it_broken(tmp_path) -> None:
+    # a server's sessions calibrate in threads of one process: they once shared one
+    # temporary file, and readers saw half-written JSON (then measured everything again)
+    import threading
+
+    path, done, broken = tmp_path / "calibration.json", threading.Event(), []
+
+    def write(tag: str) -> None:
+        for _ in range(200):
+            costs._write_cache(path, {tag: list(range(300))})
+
+    def read() -> None:
+        while not done.is_set():
+            try:
+                json.loads(path.read_text())
+            except FileNotFoundError:
+                continue
+            except ValueError as e:
+                broken.append(e)
+
+    writers = [threading.Thread(target=write, args=(t,)) for t in "ab"]
+    reader = threading.Thread(target=read)
+    for t in (reader, *writers):
+        t.start()
+    for t in writers:
+        t.join()
+    done.set()
+    reader.join()
+    assert broken == []
+    assert [p.name for p in tmp_path.iterdir()] == ["calibration.json"]
 
 
 def test_a_noisy_calibration_is_not_cached(synthetic_models, tmp_path, monkeypatch) -> None:

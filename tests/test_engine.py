@@ -168,6 +168,42 @@ def test_max_tokens_and_stop_strings(models) -> None:
     assert done.text == full.text[: full.text.index(stop)]
 
 
+def test_a_stream_never_carries_part_of_a_stop_string(models) -> None:
+    # the server streams TokenEvent texts; a stop string's first tokens once went out
+    # before its last one arrived, though the final text drops the whole stop string
+    target = models["target"]
+    full = generate(target, "Hello world", max_tokens=40, gamma=0).text
+    cut = full.index(full[10:30])
+    for stop, final in (
+        (full[10:30], full[:cut]),  # found: the stream ends where the stop string begins
+        (full[-3:] + "\x00", full),  # never completed: its possible start comes at the end
+    ):
+        streamed, done = "", None
+        for ev in stream_generate(
+            target, "Hello world", drafter=ModelDrafter(models["draft_noisy"]),
+            max_tokens=40, gamma=4, stop=[stop],
+        ):  # fmt: skip
+            if isinstance(ev, TokenEvent) and ev.kind is not TokenKind.REJECTED:
+                streamed += ev.text
+            elif isinstance(ev, DoneEvent):
+                done = ev
+        assert done is not None and done.text == final
+        assert streamed == (final if final != full else full[:-3])
+
+
+def test_a_prompt_longer_than_the_drafts_context_decodes_plainly(synthetic_models) -> None:
+    # a draft's context is capped at its training length and can be the shorter one
+    with (
+        LlamaModel(synthetic_models["target"], n_ctx=1024, n_threads=1) as target,
+        LlamaModel(synthetic_models["draft_same"], n_ctx=256, n_threads=1) as draft,
+    ):
+        prompt = target.tokenize("the cat sat on the mat and " * 60, add_special=True)
+        assert draft.n_ctx < len(prompt) < target.n_ctx
+        plain = generate(target, prompt, max_tokens=8, gamma=0)
+        done = generate(target, prompt, drafter=ModelDrafter(draft), max_tokens=8, gamma=4)
+    assert done.tokens == plain.tokens and done.stats.drafted == 0
+
+
 def test_context_full_is_a_stop_reason_not_a_crash(synthetic_models) -> None:
     with (
         LlamaModel(synthetic_models["target"], n_ctx=32, n_threads=1) as target,
@@ -243,3 +279,71 @@ def test_drafts_longer_than_the_batch_are_cut_to_one_decode(synthetic_models, ga
         spec = generate(m, prompt, drafter=NgramDrafter(), max_tokens=120, gamma=gamma)
         assert spec.tokens == plain.tokens
         assert spec.stats.drafted > 0
+
+
+class _ScriptedTarget:
+    """A greedy target whose i-th generated token is out[i], whatever it is shown."""
+
+    n_ctx, n_batch = 256, 512
+
+    def __init__(self, prompt: list[int], out: list[int]) -> None:
+        self.prompt, self.out, self.tokens = prompt, out, []
+
+    def decode(self, tokens, logits="last"):
+        start = len(self.tokens)
+        self.tokens.extend(tokens)
+        rows = {"last": [len(tokens) - 1], "all": range(len(tokens)), "none": []}[logits]
+        out = np.zeros((len(rows), 16), np.float32)
+        for r, j in enumerate(rows):  # row j predicts the token after position start + j
+            out[r, self.out[start + j + 1 - len(self.prompt)]] = 1.0
+        return out
+
+    def truncate(self, n: int) -> None:
+        del self.tokens[n:]
+
+    def reuse_prefix(self, tokens) -> int:
+        self.truncate(0)
+        return 0
+
+    def is_eog(self, token: int) -> bool:
+        return False
+
+    def token_bytes(self, token: int, special: bool = False) -> bytes:
+        return b"x"
+
+
+def test_a_lookup_scored_in_plain_rounds_moves_on_when_the_model_stands_in(monkeypatch) -> None:
+    # composite drafter: when the lookup had nothing, its model stood in and the earlier
+    # proposal being scored a token a round stood still: a hit was then scored a miss
+    from edgespec.adaptive import AcceptanceEstimate, AdaptiveGamma
+    from edgespec.costs import CostCurve
+    from edgespec.drafters import CompositeDrafter, Draft
+
+    class StandIn:
+        model, name = object(), "stand-in"
+
+        def prefill(self, context) -> None:
+            pass
+
+        def propose(self, context, n, sampling, rng, **kwargs) -> Draft:
+            return Draft([], [])
+
+    scored: list[tuple[int, bool]] = []
+    observe = AcceptanceEstimate.observe_position
+
+    def recording(self, i: int, hit: bool) -> None:
+        scored.append((i, hit))
+        observe(self, i, hit)
+
+    monkeypatch.setattr(AcceptanceEstimate, "observe_position", recording)
+    prompt = [10, 2, 3, 4, 5, 11, 2, 3, 4, 6, 12, 2, 3]
+    out = [4, 6, 12, 2]  # the lookup proposes 4 6 12, then nothing (contested), then 12 2 3
+    never_pays = CostCurve("t", "k", seconds=tuple(float(k) for k in range(1, 49)))
+    policy = AdaptiveGamma(never_pays, draft_step_s=10.0)
+    done = generate(
+        _ScriptedTarget(prompt, out), prompt, max_tokens=4, gamma=policy,
+        drafter=CompositeDrafter(NgramDrafter(), StandIn()),
+    )  # fmt: skip
+    assert list(done.tokens) == out and policy.chosen == [0, 0, 0, 0]
+    assert (2, True) in scored and (3, True) in scored  # scored on as the text went on
+    assert all(hit for _, hit in scored)

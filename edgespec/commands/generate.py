@@ -49,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidParameterError(f"gamma must be >= 0, got {args.gamma}")
     if args.max_tokens < 0:
         raise InvalidParameterError(f"max-tokens must be >= 0, got {args.max_tokens}")
+    if args.seed is not None and args.seed < 0:
+        raise InvalidParameterError(f"seed must be >= 0, got {args.seed}")
     prompt = _read_prompt(args)
     target, drafter = load_pair(
         args.target,
@@ -59,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         draft_gpu_layers=args.draft_gpu_layers,
     )
     gamma = args.gamma if drafter else 0
-    done = None
+    done, shown = None, ""
     for ev in stream_generate(
         target,
         prompt,
@@ -70,12 +72,16 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         stop=args.stop,
     ):
-        if isinstance(ev, TokenEvent) and not args.json and ev.kind is not TokenKind.REJECTED:
-            sys.stdout.write(ev.text)
-            sys.stdout.flush()
+        if isinstance(ev, TokenEvent) and ev.kind is not TokenKind.REJECTED:
+            shown += ev.text
+            if not args.json:
+                sys.stdout.write(ev.text)
+                sys.stdout.flush()
         elif isinstance(ev, DoneEvent):
             done = ev
     assert done is not None
+    if not args.json:  # held back (a possible stop string) or flushed at the end
+        sys.stdout.write(done.text[len(shown) :])
     s = done.stats
     if args.json:
         out = {

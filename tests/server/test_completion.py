@@ -11,8 +11,11 @@ from edgespec.completion import CodeRules, CompletionRequest, CompletionResult, 
 from edgespec.events import DoneEvent, RoundEvent, Stats, StopReason, TokenEvent, TokenKind
 
 
-def scripted(rounds: list[list[tuple[int, str]]], log: list[str]):
-    """A stream_generate stand-in yielding the given rounds of (token, text)."""
+def scripted(rounds: list[list[tuple[int, str]]], log: list[str], final: str = ""):
+    """A stream_generate stand-in yielding the given rounds of (token, text).
+
+    ``final`` is the DoneEvent's text; "" stands for one the stream does not start.
+    """
 
     def fake(target, prompt, **kwargs) -> Iterator:
         out = []
@@ -22,14 +25,14 @@ def scripted(rounds: list[list[tuple[int, str]]], log: list[str]):
                     out.append(tok)
                     yield TokenEvent(TokenKind.ACCEPTED, tok, text, r)
                 yield RoundEvent(r, len(toks), len(toks), Stats(generated=len(out), rounds=r))
-            yield DoneEvent("", tuple(out), StopReason.MAX_TOKENS, Stats(generated=len(out)))
+            yield DoneEvent(final, tuple(out), StopReason.MAX_TOKENS, Stats(generated=len(out)))
         finally:
             log.append("closed")
 
     return fake
 
 
-def run(session: CompletionSession, rounds, code=None, cancel_after=None):
+def run(session: CompletionSession, rounds, code=None, cancel_after=None, final=""):
     log: list[str] = []
     pieces: list[str] = []
     result = None
@@ -40,7 +43,7 @@ def run(session: CompletionSession, rounds, code=None, cancel_after=None):
 
     req = CompletionRequest([1, 2, 3], 100, code=code)
     mp = pytest.MonkeyPatch()
-    mp.setattr(completion, "stream_generate", scripted(rounds, log))
+    mp.setattr(completion, "stream_generate", scripted(rounds, log, final))
     try:
         for item in session.run(req, cancelled):
             n += 1
@@ -99,3 +102,13 @@ def test_an_auto_session_carries_what_its_policy_learned(synthetic_models) -> No
     learned = policy.observed
     assert learned > 0
     assert session._gamma() is policy  # the next request starts from what it learned
+
+
+def test_text_the_engine_held_back_comes_at_the_end(fim_session: CompletionSession) -> None:
+    # the engine holds back a possible stop string's start ("x" of stop "xy") and
+    # releases it only in its DoneEvent's text; the completion and its stream end with it
+    r = run(fim_session, [[(10, "a = 1"), (11, "")]], final="a = 1x")
+    assert (r.text, r.stop) == ("a = 1x", "max_tokens")
+    rules = CodeRules(max_lines=1)  # ... through the code rules too
+    r = run(fim_session, [[(10, "a = 1"), (11, "")]], code=rules, final="a = 1\nb")
+    assert (r.text, r.stop) == ("a = 1", "max_lines")
