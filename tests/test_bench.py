@@ -9,14 +9,18 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import stat
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from edgespec.bench import llamacpp
-from edgespec.bench.report import build_report, text_report
-from edgespec.bench.runner import CEILING_SIZES
+from edgespec.bench.chart import chart_series
+from edgespec.bench.report import build_report, finish, goals_table, summary_table, text_report
+from edgespec.bench.runner import CEILING_SIZES, BenchSetup, check_setup, render_workload
 from edgespec.bench.stats import (
     RunRecord,
     ceiling_at,
@@ -28,7 +32,8 @@ from edgespec.bench.stats import (
     summarise,
     verify_ceiling,
 )
-from edgespec.bench.workloads import builtin_workloads, parse_workload, select_workloads
+from edgespec.bench.workloads import Workload, builtin_workloads, parse_workload, select_workloads
+from edgespec.chat_template import CHATML
 from edgespec.cli import main
 from edgespec.errors import InvalidParameterError
 
@@ -107,12 +112,13 @@ def test_verify_ceiling() -> None:
     # the same bound from a few timed sizes (deep in a context, where rows cost more)
     assert ceiling_at({1: 0.02, 16: 0.2, 48: 0.5}) == (48, pytest.approx(1.92))
     assert ceiling_at({1: 0.02, 16: 0.4}) == (1, pytest.approx(1.0))
+    assert ceiling_at({1: 0.02, 8: 0.0}) == (1, pytest.approx(1.0))  # a 0 s timing: none
 
 
 def test_paired_ratios_skip_failed_reps() -> None:
     assert median_ratio([2.0, 3.0, 8.0], [1.0, 1.0, 2.0]) == pytest.approx(3.0)
     assert median_ratio([2.0, None, 9.0], [1.0, 1.0, 3.0]) == pytest.approx(2.5)
-    assert median_ratio([2.0], [None]) == 0.0
+    assert median_ratio([2.0], [None]) is None  # no data, not a 0.00x slow-down
 
 
 def test_histogram() -> None:
@@ -164,6 +170,117 @@ def test_goals() -> None:
     assert goals["code editing: ngram auto vs llama-lookup (draft 8)"] is False
 
 
+def _mini_report(
+    records: dict[str, list[RunRecord | None]], configs: dict[str, tuple[str, str | None, object]]
+) -> dict:
+    """build_report on the workload "tiny" from hand-made records; configs maps each
+    label to (kind, drafter, gamma)."""
+    info = {
+        "target": "t.gguf", "threads": 1,
+        "drafters": {"ngram": {"model": None, "cost_ratio": 0.0}},
+        "configs": [
+            {"label": label, "kind": kind, "drafter": drafter, "gamma": gamma}
+            for label, (kind, drafter, gamma) in configs.items()
+        ],
+    }  # fmt: skip
+    return build_report({"tiny": records}, info, [parse_workload(TINY_WORKLOAD)], {"reps": 3})
+
+
+def _recs(*tps: float) -> list[RunRecord | None]:
+    return [RunRecord(t) for t in tps]
+
+
+def test_best_configs_are_chosen_by_paired_speedup() -> None:
+    # plain's fast third rep: g=2 and lookup n=2 have the highest median tok/s (31) but
+    # paired speed-ups of 0.90x; g=4 and n=4 (30 tok/s) have 3.00x
+    e, lookup = "edgespec", llamacpp.LOOKUP
+    report = _mini_report(
+        {
+            "plain": _recs(10, 10, 40), "ngram auto": _recs(28, 28, 30),
+            "ngram g=2": _recs(9, 31, 31), "ngram g=4": _recs(30, 30, 30),
+            "llama-lookup n=2": _recs(9, 31, 31), "llama-lookup n=4": _recs(30, 30, 30),
+        },
+        {
+            "plain": (e, None, 0), "ngram auto": (e, "ngram", "auto"),
+            "ngram g=2": (e, "ngram", 2), "ngram g=4": (e, "ngram", 4),
+            "llama-lookup n=2": (lookup, None, 2), "llama-lookup n=4": (lookup, None, 4),
+        },
+    )  # fmt: skip
+    w = report["workloads"]["tiny"]
+    auto = w["auto"]["ngram"]
+    assert auto["best_fixed_gamma"] == 4 and auto["best_fixed_speedup"] == pytest.approx(3.0)
+    assert auto["vs_best_fixed"] == pytest.approx(28 / 30)
+    assert w["llama_lookup_best"] == 4 and w["vs_llama_lookup"] == pytest.approx(28 / 30)
+    goals = {g["goal"]: g["met"] for g in report["goals"]}
+    assert goals["near best fixed gamma: tiny, ngram auto vs gamma 4"] is False
+    assert "| 3.00x (4) |" in summary_table(report)
+    series = chart_series(report)
+    assert series["ngram best fixed"]["tiny"] == pytest.approx(3.0)
+    assert series["llama-lookup best"]["tiny"] == pytest.approx(3.0)
+
+
+def test_no_paired_data_is_no_data_not_a_slowdown() -> None:
+    e = "edgespec"
+    report = _mini_report(
+        {"plain": [None, None], "ngram auto": _recs(12, 13), "ngram g=2": _recs(11, 12)},
+        {"plain": (e, None, 0), "ngram auto": (e, "ngram", "auto"), "ngram g=2": (e, "ngram", 2)},
+    )
+    w = report["workloads"]["tiny"]
+    assert w["auto"]["ngram"]["speedup"] is None and "best_fixed_gamma" not in w["auto"]["ngram"]
+    assert report["goals"] == []  # nothing to judge, rather than 0.00x: **no**
+    row = summary_table(report).splitlines()[-1]
+    assert "0.00x" not in row and row.endswith("| - | - | - | - | - |")
+    missing = {"w": {"auto": {"ngram": {"speedup": None, "vs_best_fixed": None}},
+                     "vs_llama_lookup": None}}  # fmt: skip
+    assert check_goals({"code_editing": missing["w"]}) == []
+
+
+def test_projection_uses_the_per_token_acceptance() -> None:
+    # every round drafts 4 and accepts 4, 0, 1, 2, 4: 11 accepted, 3 rounds rejected one
+    rec = RunRecord(20.0, generated=16, drafted=20, accepted=11, rounds=5, target_calls=5,
+                    accepted_lengths=[4, 0, 1, 2, 4], drafted_lengths=[4] * 5)  # fmt: skip
+    assert rec.alpha == pytest.approx(11 / 14) and rec.acceptance_rate == pytest.approx(11 / 20)
+    proj = summarise([rec], [RunRecord(10.0)], 0.0)["projection"]
+    assert proj["alpha"] == pytest.approx(11 / 14)
+    assert proj["formula"] == pytest.approx(expected_speedup(11 / 14, 4, 0.0))
+    # simulated rounds with alpha 0.8: the formula matches the tokens per call they made
+    rng, lengths = random.Random(0), []
+    for _ in range(20000):
+        n = 0
+        while n < 4 and rng.random() < 0.8:
+            n += 1
+        lengths.append(n)
+    sim = RunRecord(50.0, generated=sum(lengths) + 20000, drafted=80000, accepted=sum(lengths),
+                    rounds=20000, target_calls=20000, accepted_lengths=lengths,
+                    drafted_lengths=[4] * 20000)  # fmt: skip
+    s = summarise([sim], [RunRecord(10.0)], 0.0)
+    assert s["projection"]["formula"] == pytest.approx(s["mean_accepted_per_call"], rel=0.01)
+    assert s["projection"]["formula"] == pytest.approx(expected_speedup(0.8, 4, 0.0), rel=0.01)
+    # every draft accepted: alpha 1, the finite limit g + 1
+    full = RunRecord(9.0, drafted=8, accepted=8, rounds=2, accepted_lengths=[4, 4],
+                     drafted_lengths=[4, 4])  # fmt: skip
+    assert summarise([full], [RunRecord(3.0)], 0.0)["projection"]["formula"] == pytest.approx(5.0)
+    # without per-round counts (and in a report saved before them): no formula figure
+    bare = RunRecord(9.0, drafted=8, accepted=4, rounds=2, target_calls=2)
+    assert summarise([bare], [RunRecord(3.0)], 0.0)["projection"]["formula"] is None
+    old = {"drafters": {}, "workloads": {"w": {"configs": {"ngram g=4": {"kind": "edgespec",
+           "projection": {"formula": 2.27, "rounds": 3.4}}}}}}  # fmt: skip
+    old_proj = finish(old)["workloads"]["w"]["configs"]["ngram g=4"]["projection"]
+    assert old_proj == {"formula": None, "rounds": 3.4}
+
+
+def test_goals_table_never_prints_a_miss_as_the_threshold() -> None:
+    def row(value: float) -> str:
+        goal = {"goal": "g", "value": value, "threshold": 0.97, "met": value >= 0.97}
+        return goals_table({"goals": [goal]}).splitlines()[-1]
+
+    assert row(0.9696) == "| g | 0.9696x | 0.97x | **no** |"
+    assert row(0.9649) == "| g | 0.96x | 0.97x | **no** |"
+    assert row(0.97) == "| g | 0.97x | 0.97x | yes |"
+    assert row(0.9749) == "| g | 0.97x | 0.97x | yes |"
+    assert row(0.97 - 1e-9) == "| g | <0.97x | 0.97x | **no** |"
+
+
 # ------------------------------------------------------------------ llama.cpp
 
 
@@ -184,6 +301,27 @@ def test_parse_speculative_output() -> None:
 def test_parse_output_without_summary() -> None:
     with pytest.raises(llamacpp.LlamaCppError, match="no 'decoded"):
         llamacpp.parse_output("init: llama threadpool init, n_threads = 2\n")
+
+
+def test_parse_output_reads_the_summary_only() -> None:
+    echoed = "the story: n_drafted = 7 and n_accept = 5\n"  # generated text, before it
+    decoded = LOOKUP_SAMPLE.index("t/s", LOOKUP_SAMPLE.index("I decoded")) + len("t/s\n")
+    with pytest.raises(llamacpp.LlamaCppError, match="no n_drafted or n_accept after"):
+        llamacpp.parse_output(echoed + LOOKUP_SAMPLE[:decoded])  # the summary was lost
+    r = llamacpp.parse_output(echoed + LOOKUP_SAMPLE)
+    assert (r.n_drafted, r.n_accept) == (28, 24)
+
+
+def test_run_refuses_a_binary_that_cannot_run(tmp_path: Path) -> None:
+    junk = tmp_path / "llama-lookup"
+    junk.write_bytes(b"\x7fELF, but for another machine")
+    junk.chmod(0o755)
+    with pytest.raises(llamacpp.LlamaCppError, match="cannot run .*llama-lookup: Exec format"):
+        llamacpp.run([str(junk)])
+    not_executable = _fake_binary(tmp_path, "llama-speculative-simple", "exit 0\n")
+    not_executable.chmod(0o644)
+    with pytest.raises(llamacpp.LlamaCppError, match="cannot run .*: Permission denied"):
+        llamacpp.run([str(not_executable)])
 
 
 def test_command_uses_the_workload_verbatim() -> None:
@@ -255,6 +393,83 @@ def test_select_workloads(tmp_path: Path) -> None:
         select_workloads("nope")
     with pytest.raises(InvalidParameterError, match="needs a name and a prompt"):
         parse_workload('name = "x"\n')
+    with pytest.raises(InvalidParameterError, match="workload named more than once: chat"):
+        select_workloads("chat,code_editing,chat")
+    renamed = tmp_path / "other.toml"
+    renamed.write_text(TINY_WORKLOAD.replace('"tiny"', '"chat"'))
+    with pytest.raises(InvalidParameterError, match="more than once: chat"):
+        select_workloads(f"chat,{renamed}")
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("max_tokens = 0", "max_tokens must be a whole number >= 1"),
+        ("max_tokens = -3", "max_tokens must be"),
+        ("max_tokens = 2.5", "max_tokens must be"),
+        ('max_tokens = "12"', "max_tokens must be"),
+        ("max_tokens = true", "max_tokens must be"),
+        ("temperature = -0.5", "temperature must be a number >= 0"),
+        ("temperature = nan", "temperature must be"),
+        ("temperature = inf", "temperature must be"),
+        ('temperature = "0.7"', "temperature must be"),
+        ('chat = "false"', "chat must be true or false, got 'false'"),
+        ("chat = 1", "chat must be true or false"),
+    ],
+)
+def test_parse_workload_refuses_bad_fields(line: str, message: str) -> None:
+    with pytest.raises(InvalidParameterError, match=message):
+        parse_workload(f'name = "x"\nprompt = "p"\n{line}\n')
+
+
+def test_parse_workload_fields() -> None:
+    w = parse_workload('name = "x"\nprompt = "p"\nchat = true\ntemperature = 1\nmax_tokens = 1\n')
+    assert (w.chat, w.temperature, w.max_tokens) == (True, 1.0, 1)
+    assert parse_workload('name = "x"\nprompt = "p"\n').chat is False
+
+
+class _TemplateOnly:
+    """A stand-in target that has a chat template and nothing else."""
+
+    def __init__(self, template: str | None) -> None:
+        self.template = template
+
+    def chat_template(self) -> str | None:
+        return self.template
+
+
+CHAT_WORKLOAD = TINY_WORKLOAD.replace('"tiny"', '"talk"') + "chat = true\n"
+
+
+def test_render_workload_uses_the_chat_template_renderer() -> None:
+    w = parse_workload(CHAT_WORKLOAD)
+    dated = render_workload(_TemplateOnly("{{ strftime_now('%Y') }}|{{ messages[0].content }}"), w)
+    assert dated.prompt == f"{time.strftime('%Y')}|{w.prompt}" and not dated.chat
+    assert render_workload(_TemplateOnly(None), w).prompt == w.prompt  # no template: as is
+    plain = parse_workload(TINY_WORKLOAD)
+    assert render_workload(_TemplateOnly(CHATML), plain) is plain
+    with pytest.raises(InvalidParameterError, match="refused the conversation: wants a system"):
+        render_workload(_TemplateOnly("{{ raise_exception('wants a system turn') }}"), w)
+    with pytest.raises(InvalidParameterError, match="does not parse"):
+        render_workload(_TemplateOnly("{% for %}"), w)
+
+
+def test_bench_refuses_a_failing_chat_template_before_timing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import edgespec.bench.runner as runner
+
+    def must_not_run(*_a: object, **_k: object) -> None:
+        raise AssertionError("a drafter was loaded or something timed")
+
+    bad = _TemplateOnly("{{ raise_exception('wants a system turn') }}")
+    monkeypatch.setattr(runner, "load_pair", lambda *_a, **_k: (bad, None))
+    monkeypatch.setattr(runner.LoadedDrafter, "load", must_not_run)
+    monkeypatch.setattr(runner, "_warm_up", must_not_run)
+    setup = BenchSetup(target="t", drafters=["ngram"], workloads=[parse_workload(CHAT_WORKLOAD)],
+                       gammas=["auto"])  # fmt: skip
+    with pytest.raises(InvalidParameterError, match="wants a system turn"):
+        runner.run_bench(setup)
 
 
 # ------------------------------------------------------------------ end to end
@@ -315,6 +530,49 @@ def test_bench_cli_writes_json_and_png(
     assert "| tiny |" in text and "projection, not a measurement" in text
 
 
+def test_bench_chat_workload_is_rendered_for_every_run(
+    synthetic_models: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import edgespec.bench.runner as runner
+    from edgespec.backend import LlamaModel
+
+    talk = tmp_path / "talk.toml"
+    talk.write_text(CHAT_WORKLOAD)
+    bins, argv_file, sample = tmp_path / "bin", tmp_path / "argv", tmp_path / "sample.txt"
+    bins.mkdir()
+    sample.write_text(LOOKUP_SAMPLE)
+    record_argv = f'for a in "$@"; do printf "%s\\0" "$a"; done > "{argv_file}"\n'
+    _fake_binary(bins, "llama-lookup", record_argv + f'cat "{sample}"\n')
+    prompts: list[object] = []
+    real = runner.stream_generate
+
+    def spy(target: object, prompt: object, **kw: object) -> object:
+        prompts.append(prompt)
+        return real(target, prompt, **kw)
+
+    monkeypatch.setattr(runner, "stream_generate", spy)
+    out = tmp_path / "out.json"
+    target = synthetic_models["target_fim"]  # the synthetic model with a (ChatML) template
+    rc = main(
+        [
+            "bench", "--target", str(target), "--drafters", "ngram", "--workloads", str(talk),
+            "--reps", "1", "--max-tokens", "8", "--gammas", "auto,2", "--llama-cpp-bin",
+            str(bins), "--llama-draft-lengths", "2", "--json", str(out),
+        ]
+    )  # fmt: skip
+    assert rc == 0
+    raw = parse_workload(CHAT_WORKLOAD).prompt
+    chat = f"<|im_start|>user\n{raw}<|im_end|>\n<|im_start|>assistant\n"
+    assert prompts == [chat] * 3  # plain, ngram auto, ngram g=2
+    argv = argv_file.read_bytes().split(b"\0")
+    assert argv[argv.index(b"-p") + 1].decode() == chat
+    model = LlamaModel(target, n_ctx=512, n_threads=1)
+    tokens = len(model.tokenize(chat, add_special=True, parse_special=True))
+    w = json.loads(out.read_text())["workloads"]["talk"]
+    assert w["prompt_tokens"] == tokens and w["depth_ceiling"]["depth"] == tokens + 4
+    model.close()
+
+
 def test_short_drafter_names() -> None:
     from edgespec.bench.runner import short_name
 
@@ -324,7 +582,7 @@ def test_short_drafter_names() -> None:
     assert short_name("qwen2.5-coder-0.5b-instruct") == "qwen2.5-coder-0.5b-instruct"
 
 
-def test_bench_rerenders_from_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def _saved_report() -> dict:
     records = {
         "tiny": {
             "plain": [RunRecord(10.0, generated=8, rounds=8, target_calls=8)],
@@ -349,7 +607,11 @@ def test_bench_rerenders_from_json(tmp_path: Path, capsys: pytest.CaptureFixture
             {"label": "ngram auto", "kind": "edgespec", "drafter": "ngram", "gamma": "auto"},
         ],
     }  # fmt: skip
-    report = build_report(records, info, [parse_workload(TINY_WORKLOAD)], {"reps": 1})
+    return build_report(records, info, [parse_workload(TINY_WORKLOAD)], {"reps": 1})
+
+
+def test_bench_rerenders_from_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = _saved_report()
     saved = tmp_path / "r.json"
     saved.write_text(json.dumps(report))
     png = tmp_path / "r.png"
@@ -357,6 +619,33 @@ def test_bench_rerenders_from_json(tmp_path: Path, capsys: pytest.CaptureFixture
     assert png.stat().st_size > 0
     out = capsys.readouterr().out
     assert "1.20x" in out and out.strip() == text_report(report).strip()
+
+
+@pytest.mark.parametrize(
+    "breakage",
+    [
+        lambda r: r["workloads"]["tiny"].pop("temperature"),  # KeyError in the tables
+        lambda r: r["workloads"]["tiny"].update(depth_ceiling={"depth": 5}),  # ... their end
+        lambda r: r["workloads"]["tiny"]["configs"]["ngram auto"].pop("speedup"),
+        lambda r: r.update(calibration={"target": [0.01, "x"]}),  # TypeError in finish
+        lambda r: r.update(workloads=[]),  # AttributeError
+        lambda r: r["workloads"]["tiny"]["configs"]["ngram auto"].update(accepted_hist=["x"]),
+    ],
+)
+def test_bench_rerender_refuses_a_broken_report_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], breakage: Callable[[dict], object]
+) -> None:
+    report = _saved_report()
+    breakage(report)
+    saved, png = tmp_path / "r.json", tmp_path / "r.png"
+    saved.write_text(json.dumps(report))
+    assert main(["bench", "--from-json", str(saved), "--chart", str(png)]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""  # no half of the tables
+    assert len(err.splitlines()) == 1 and err.startswith(
+        f"edgespec: error: cannot read report {saved}"
+    )
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no chart, no temporary file
 
 
 def test_bench_bad_options(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -403,3 +692,46 @@ def test_bench_report_is_replaced_whole_or_not_at_all(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
     _write_output(out, "--json", lambda tmp: tmp.write_text("new"))
     assert out.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_bench_refuses_repeated_labels_before_loading(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import edgespec.bench.runner as runner
+
+    def must_not_load(*_a: object, **_k: object) -> None:
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(runner, "load_pair", must_not_load)
+    assert main(["bench", "--drafters", "a/x.gguf,b/x.gguf"]) == 1
+    assert main(["bench", "--drafters", "ngram,ngram"]) == 1
+    assert main(["bench", "--workloads", "chat,chat"]) == 1
+    zero = tmp_path / "zero.toml"
+    zero.write_text(TINY_WORKLOAD.replace("max_tokens = 12", "max_tokens = 0"))
+    assert main(["bench", "--workloads", str(zero)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 4 and all(line.startswith("edgespec: error: ") for line in err)
+    assert "a/x.gguf, b/x.gguf would share the label 'x'" in err[0]
+    assert "drafter ngram is given more than once" in err[1]
+    assert "workload named more than once: chat" in err[2]
+    assert "max_tokens must be a whole number >= 1, got 0" in err[3]
+    w = parse_workload(TINY_WORKLOAD)
+    for kw in ({"gammas": [4, 4]}, {"llama_draft_lengths": [2, 2]}, {"workloads": [w, w]}):
+        setup = BenchSetup(**{"target": "t", "drafters": ["ngram"], "workloads": [w],
+                              "gammas": ["auto"], **kw})  # fmt: skip
+        with pytest.raises(InvalidParameterError, match="is given more than once"):
+            check_setup(setup)
+
+
+def test_bench_runs_each_draft_length_and_gamma_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    import edgespec.commands.bench as bench_cmd
+
+    seen: list[BenchSetup] = []
+
+    def capture(setup: BenchSetup, _workloads: list[Workload]) -> dict:
+        seen.append(setup)
+        raise InvalidParameterError("captured")
+
+    monkeypatch.setattr(bench_cmd, "_report", capture)
+    assert main(["bench", "--gammas", "auto,4,4,2", "--llama-draft-lengths", "4,4,2,4"]) == 1
+    assert seen[0].llama_draft_lengths == [4, 2] and seen[0].gammas == ["auto", 4, 2]

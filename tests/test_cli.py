@@ -87,6 +87,7 @@ def _bad_files(tmp: Path, synthetic_models) -> dict[str, Path]:
         ("top_p_zero", "top-p must be in (0, 1]"),
         ("prompt_file", "cannot read prompt file"),
         ("not_a_number", "invalid int value"),
+        ("seed", "seed must be a whole number >= 0, got '-1'"),
     ],
 )
 def test_errors_are_one_line(tmp_path, synthetic_models, case: str, message: str) -> None:
@@ -104,6 +105,7 @@ def test_errors_are_one_line(tmp_path, synthetic_models, case: str, message: str
         "top_p_zero": ["--target", target, "--top-p", "0"],
         "prompt_file": ["--target", target, "--prompt-file", str(tmp_path / "missing.txt")],
         "not_a_number": ["--target", target, "--max-tokens", "many"],
+        "seed": ["--target", target, "--seed", "-1"],
     }[case]
     r = run_cli("generate", *args)
     assert r.returncode != 0

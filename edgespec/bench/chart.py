@@ -8,6 +8,7 @@ from typing import Any
 
 from ..errors import InvalidParameterError
 from . import llamacpp
+from .stats import best_key
 
 PLAIN = "plain"
 
@@ -25,11 +26,9 @@ def chart_series(report: Mapping[str, Any]) -> dict[str, dict[str, float]]:
                 series.setdefault(f"{d} best fixed", {})[wname] = a["best_fixed_speedup"]
         for kind, name in ((llamacpp.LOOKUP, "llama-lookup best"),
                            (llamacpp.SPECULATIVE, "llama-spec best")):  # fmt: skip
-            cands = [r for r in rows.values() if r["kind"] == kind and r["reps"]]
-            if cands:
-                best = max(cands, key=lambda r: r["tokens_per_second"])
-                if best["speedup"] is not None:
-                    series.setdefault(name, {})[wname] = best["speedup"]
+            best = best_key({k: r for k, r in rows.items() if r["kind"] == kind and r["reps"]})
+            if best is not None:
+                series.setdefault(name, {})[wname] = rows[best]["speedup"]
     return series
 
 

@@ -3,7 +3,8 @@
 The binaries are the user's to build (their source is in the llama-cpp-python
 source package, vendor/llama.cpp; ``cmake --build BUILD --target llama-lookup
 llama-speculative-simple``); ``--llama-cpp-bin DIR`` points at them. Each run
-gets the workload's prompt verbatim (``-p``), the same max tokens, temperature,
+gets the workload's prompt verbatim (``-p``; for a chat workload, as the runner
+rendered it in the chat template), the same max tokens, temperature,
 thread count and context size, and a full-size SWA cache as edgespec uses. The
 figures come from what they print at the end: decode tokens/s (prompt excluded),
 tokens drafted and accepted. Their peak RSS comes from the kernel (wait4).
@@ -61,21 +62,28 @@ class LlamaCppResult:
 def parse_output(text: str) -> LlamaCppResult:
     """Parse the summary llama-lookup / llama-speculative-simple print at the end.
 
-    Raises LlamaCppError if the ``decoded N tokens in S seconds`` line is missing.
+    The fields are read after the ``decoded N tokens in S seconds`` line only (the
+    generated text printed before it may contain anything). Raises LlamaCppError if
+    that line, n_drafted or n_accept is missing (a summary the log thread lost).
     """
     found = list(_DECODED.finditer(text))
     if not found:
         tail = " | ".join(text.strip().splitlines()[-3:])
         raise LlamaCppError(f"no 'decoded ... t/s' line in the output: {tail[:300]}")
-    fields = {k: int(v) for k, v in _FIELD.findall(text)}
     m = found[-1]  # the summary, after any echoed text
+    fields: dict[str, int] = {}
+    for key, value in _FIELD.findall(text[m.end() :]):
+        fields.setdefault(key, int(value))  # the summary's, not a later section's
+    missing = [k for k in ("n_drafted", "n_accept") if k not in fields]
+    if missing:
+        raise LlamaCppError(f"no {' or '.join(missing)} after the 'decoded' line in the output")
     return LlamaCppResult(
         decoded=int(m.group(1)),
         decode_s=float(m.group(2)),
         tokens_per_second=float(m.group(3)),
         n_draft=fields.get("n_draft", 0),
-        n_drafted=fields.get("n_drafted", 0),
-        n_accept=fields.get("n_accept", 0),
+        n_drafted=fields["n_drafted"],
+        n_accept=fields["n_accept"],
     )
 
 
@@ -147,9 +155,12 @@ def _run_once(cmd: list[str], timeout_s: float) -> tuple[int, str, float]:
     lib_dir = str(Path(cmd[0]).parent)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (lib_dir, env.get("LD_LIBRARY_PATH")) if p)
     with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env
-        )
+        try:
+            proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env
+            )
+        except OSError as e:  # not executable, wrong architecture, ...
+            raise LlamaCppError(f"cannot run {cmd[0]}: {e.strerror or e}") from None
         status, rusage = _wait(proc, timeout_s)
         out.seek(0)
         text = out.read().decode("utf-8", "replace")

@@ -12,10 +12,6 @@ from .workloads import Workload
 PLAIN = "plain"
 
 
-def _tps(recs: Sequence[RunRecord | None]) -> list[float | None]:
-    return [r.tokens_per_second if r is not None else None for r in recs]
-
-
 def build_report(
     records: Mapping[str, Mapping[str, Sequence[RunRecord | None]]],
     info: Mapping[str, Any],
@@ -39,57 +35,77 @@ def build_report(
                 **summarise(recs, plain, _cost_ratio(cfg, drafters)),
             }
         w = by_name[wname]
-        entry: dict[str, Any] = {
+        out[wname] = {
             "description": w.description,
             "temperature": w.temperature,
             "max_tokens": meta.get("max_tokens") or w.max_tokens,
             "prompt_tokens": info.get("prompt_tokens", {}).get(wname),
             "depth_ceiling": info.get("depth_ceilings", {}).get(wname),
             "configs": rows,
-            "auto": {},
+            "auto": {},  # filled in by finish
         }
-        for spec in drafters:
-            auto = f"{spec} auto"
-            fixed = {k: v for k, v in rows.items() if v["drafter"] == spec and k != auto
-                     and v["kind"] == "edgespec"}  # fmt: skip
-            a: dict[str, Any] = {"speedup": rows[auto]["speedup"] if auto in rows else None}
-            best = best_key(fixed)
-            if auto in rows and best is not None:
-                a["best_fixed_gamma"] = fixed[best]["gamma"]
-                a["best_fixed_speedup"] = fixed[best]["speedup"]
-                a["vs_best_fixed"] = median_ratio(_tps(per[auto]), _tps(per[best]))
-            entry["auto"][spec] = a
-        lookups = {k: v for k, v in rows.items() if v["kind"] == llamacpp.LOOKUP and v["reps"]}
-        best_lookup = best_key(lookups)
-        if best_lookup is not None and "ngram auto" in per:
-            entry["llama_lookup_best"] = lookups[best_lookup]["gamma"]
-            entry["vs_llama_lookup"] = median_ratio(_tps(per["ngram auto"]), _tps(per[best_lookup]))
-        for spec, d in drafters.items():
-            specs = {k: v for k, v in rows.items()
-                     if v["kind"] == llamacpp.SPECULATIVE and v["drafter"] == d["model"]
-                     and v["reps"]}  # fmt: skip
-            best_spec = best_key(specs)
-            if best_spec is not None and f"{spec} auto" in per:
-                entry.setdefault("vs_llama_speculative", {})[spec] = {
-                    "draft_length": specs[best_spec]["gamma"],
-                    "ratio": median_ratio(_tps(per[f"{spec} auto"]), _tps(per[best_spec])),
-                }
-        out[wname] = entry
-    return finish({**meta, **info, "workloads": out, "goals": check_goals(out)})
+    return finish({**meta, **info, "workloads": out, "goals": []})
 
 
 def finish(report: dict[str, Any]) -> dict[str, Any]:
     """Figures derived from a report's own data (idempotent; also brings an older saved
-    report up to date): the verify-cost ceiling, no projection for llama.cpp rows."""
+    report up to date): the verify-cost ceiling; no projection for llama.cpp rows, and no
+    formula projection where it was computed from accepted/drafted instead of alpha; the
+    comparisons with the best fixed gamma and llama.cpp's binaries; the goals."""
     curve = report.get("calibration", {}).get("target")
     if curve:
         k, ceiling = verify_ceiling(curve)
         report["verify_ceiling"] = {"batch": k, "speedup": ceiling}
     for w in report.get("workloads", {}).values():
         for row in w["configs"].values():
+            proj = row.get("projection")
             if row.get("kind") != "edgespec":
                 row.pop("projection", None)
+            elif proj is not None and "alpha" not in proj:
+                proj["formula"] = None  # the per-round counts alpha needs were not saved
+        _compare(w, report["drafters"])
+    report["goals"] = check_goals(report.get("workloads", {}))
     return report
+
+
+def _compare(w: dict[str, Any], drafters: Mapping[str, Any]) -> None:
+    """Each drafter's auto against its best fixed gamma, ngram auto against llama-lookup
+    and each model's auto against llama-speculative-simple, each at its best speed-up;
+    ratios are medians of per-repetition ratios."""
+    rows = w["configs"]
+
+    def vs(a: str, b: str) -> float | None:
+        return median_ratio(rows[a]["tokens_per_second_all"], rows[b]["tokens_per_second_all"])
+
+    w["auto"] = {}
+    for spec in drafters:
+        auto = f"{spec} auto"
+        fixed = {k: v for k, v in rows.items() if v["drafter"] == spec and k != auto
+                 and v["kind"] == "edgespec"}  # fmt: skip
+        a: dict[str, Any] = {"speedup": rows[auto]["speedup"] if auto in rows else None}
+        best = best_key(fixed)
+        if auto in rows and best is not None:
+            a["best_fixed_gamma"] = fixed[best]["gamma"]
+            a["best_fixed_speedup"] = fixed[best]["speedup"]
+            a["vs_best_fixed"] = vs(auto, best)
+        w["auto"][spec] = a
+    for key in ("llama_lookup_best", "vs_llama_lookup", "vs_llama_speculative"):
+        w.pop(key, None)
+    lookups = {k: v for k, v in rows.items() if v["kind"] == llamacpp.LOOKUP and v["reps"]}
+    best_lookup = best_key(lookups)
+    if best_lookup is not None and "ngram auto" in rows:
+        w["llama_lookup_best"] = lookups[best_lookup]["gamma"]
+        w["vs_llama_lookup"] = vs("ngram auto", best_lookup)
+    for spec, d in drafters.items():
+        specs = {k: v for k, v in rows.items()
+                 if v["kind"] == llamacpp.SPECULATIVE and v["drafter"] == d["model"]
+                 and v["reps"]}  # fmt: skip
+        best_spec = best_key(specs)
+        if best_spec is not None and f"{spec} auto" in rows:
+            w.setdefault("vs_llama_speculative", {})[spec] = {
+                "draft_length": specs[best_spec]["gamma"],
+                "ratio": vs(f"{spec} auto", best_spec),
+            }
 
 
 def _cost_ratio(cfg: Mapping[str, Any], drafters: Mapping[str, Any]) -> float | None:
@@ -118,7 +134,7 @@ def summary_table(report: Mapping[str, Any]) -> str:
             a = w["auto"].get(d, {})
             cells.append(_fmt(a.get("speedup"), ".2f", "x"))
             bf = a.get("best_fixed_speedup")
-            cells.append(f"{_fmt(bf, '.2f', 'x')} ({a['best_fixed_gamma']})" if bf else "-")
+            cells.append("-" if bf is None else f"{bf:.2f}x ({a['best_fixed_gamma']})")
         lk = w.get("llama_lookup_best")
         if lk is not None:
             row = rows[f"llama-lookup n={lk}"]
@@ -165,15 +181,27 @@ def goals_table(report: Mapping[str, Any]) -> str:
     lines = ["| goal | measured | needed | met |", "|---|---|---|---|"]
     for g in report["goals"]:
         met = "yes" if g["met"] else "**no**"
-        lines.append(f"| {g['goal']} | {g['value']:.2f}x | {g['threshold']:.2f}x | {met} |")
+        value = _goal_value(g["value"], g["threshold"], g["met"])
+        lines.append(f"| {g['goal']} | {value}x | {g['threshold']:.2f}x | {met} |")
     return "\n".join(lines)
+
+
+def _goal_value(value: float, threshold: float, met: bool) -> str:
+    """value to 2 decimals, or as many more as it takes for a miss not to print as the
+    threshold (0.9696 against 0.97 is 0.9696, not 0.97)."""
+    for places in range(2, 7):
+        text = f"{value:.{places}f}"
+        if met or text != f"{threshold:.{places}f}":
+            return text
+    return f"<{threshold:.2f}"
 
 
 PROJECTION_NOTE = (
     "*projection, not a measurement: Leviathan et al.'s expected speed-up "
-    "(1 - a^(g+1)) / ((1 - a)(g c + 1)) with the measured acceptance a and mean draft "
-    "length g, for hardware where a target call on g + 1 tokens costs one target step "
-    "(memory-bandwidth bound); c = draft step / target step, 0 for n-gram lookup, "
+    "(1 - a^(g+1)) / ((1 - a)(g c + 1)) with the per-token acceptance a (estimated as "
+    "accepted / (accepted + rounds ending in a rejection)) and mean draft length g, for "
+    "hardware where a target call on g + 1 tokens costs one target step (memory-bandwidth "
+    "bound); c = draft step / target step, 0 for n-gram lookup, "
     "draft/target weight bytes for a model."
 )
 

@@ -15,10 +15,11 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..backend import DEFAULT_CTX, LlamaModel
+from ..chat_template import render_chat
 from ..compat import check_compatible
 from ..drafters import Drafter, ModelDrafter
 from ..engine import generate, make_policy, stream_generate
@@ -145,7 +146,10 @@ def configs_for(setup: BenchSetup, drafters: dict[str, LoadedDrafter]) -> list[C
 
 def run_bench(setup: BenchSetup) -> tuple[Records, dict]:
     """Run everything; the per-rep records and facts about the run (models, threads, curves)."""
+    check_setup(setup)
     target, _ = load_pair(setup.target, None, n_ctx=setup.n_ctx, n_threads=setup.threads)
+    # a chat template that fails fails here, before drafters load or anything is timed
+    workloads = [render_workload(target, w) for w in setup.workloads]
     drafters: dict[str, LoadedDrafter] = {}
     for spec in setup.drafters:
         drafters[short_name(spec)] = LoadedDrafter.load(spec, target, setup)
@@ -154,7 +158,7 @@ def run_bench(setup: BenchSetup) -> tuple[Records, dict]:
     curves = _warm_up(target, drafters, setup)
     records: Records = {}
     depth_ceilings: dict[str, dict] = {}
-    for w in setup.workloads:
+    for w in workloads:
         max_tokens = setup.max_tokens if setup.max_tokens is not None else w.max_tokens
         per: dict[str, list[RunRecord | None]] = {c.label: [] for c in configs}
         for rep in range(setup.reps):
@@ -194,10 +198,45 @@ def run_bench(setup: BenchSetup) -> tuple[Records, dict]:
         "depth_ceilings": depth_ceilings,
         "prompt_tokens": {
             w.name: len(target.tokenize(w.prompt, add_special=True, parse_special=True))
-            for w in setup.workloads
+            for w in workloads
         },
     }
     return records, info
+
+
+def check_setup(setup: BenchSetup) -> None:
+    """Refuse what would give two configurations (or workloads) one label: the report keys
+    its rows by label, so one would be lost or their repetitions mixed."""
+    by_label: dict[str, list[str]] = {}
+    for spec in setup.drafters:
+        by_label.setdefault(short_name(spec), []).append(spec)
+    for label, specs in by_label.items():
+        if len(set(specs)) > 1:
+            raise InvalidParameterError(
+                f"drafters {', '.join(specs)} would share the label {label!r}: "
+                "give their files different names"
+            )
+    for what, values in (
+        ("drafter", setup.drafters),
+        ("workload", [w.name for w in setup.workloads]),
+        ("gamma", setup.gammas),
+        ("llama draft length", setup.llama_draft_lengths),
+    ):
+        twice = [v for i, v in enumerate(values) if v in values[:i]]
+        if twice:
+            raise InvalidParameterError(f"{what} {twice[0]} is given more than once")
+
+
+def render_workload(target: LlamaModel, w: Workload) -> Workload:
+    """w with its prompt as every run gets it: a chat workload's prompt as one user turn in
+    the target's chat template (as is without one), so that edgespec, llama.cpp's binaries
+    and the prompt-token counts all see the same text."""
+    template = target.chat_template() if w.chat else None
+    if not template:
+        return w
+    messages = [{"role": "user", "content": w.prompt}]
+    # no BOS in the text: tokenizing adds it, here and in llama.cpp's binaries
+    return replace(w, prompt=render_chat(template, messages, bos_token=""), chat=False)
 
 
 def measure_depth_ceiling(target: LlamaModel, w: Workload, max_tokens: int) -> dict:
@@ -254,15 +293,13 @@ def _run_edgespec(
 ) -> RunRecord:
     target.reset()
     drafter = drafters[c.drafter].fresh() if c.drafter is not None else None
-    prompt: str | list[int] = w.prompt
-    if w.chat:
-        prompt = _chat_prompt(target, w.prompt)
-    lengths: list[int] = []
+    accepted: list[int] = []
+    drafted: list[int] = []
     done: DoneEvent | None = None
     reset_peak_rss()
     for ev in stream_generate(
         target,
-        prompt,
+        w.prompt,
         drafter=drafter,
         max_tokens=max_tokens,
         sampling=SamplingParams(temperature=w.temperature),
@@ -270,7 +307,8 @@ def _run_edgespec(
         seed=rep,
     ):
         if isinstance(ev, RoundEvent) and ev.drafted > 0:
-            lengths.append(ev.accepted)
+            accepted.append(ev.accepted)
+            drafted.append(ev.drafted)
         elif isinstance(ev, DoneEvent):
             done = ev
     assert done is not None
@@ -287,20 +325,8 @@ def _run_edgespec(
         other_s=s.other_s,
         decode_s=s.decode_s,
         peak_rss_mib=peak_rss_mib(),
-        accepted_lengths=lengths,
-    )
-
-
-def _chat_prompt(target: LlamaModel, text: str) -> str:
-    """text as one user turn in the model's chat template (as is, without a template)."""
-    template = target.chat_template()
-    if not template:
-        return text
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    return env.from_string(template).render(
-        messages=[{"role": "user", "content": text}], add_generation_prompt=True, bos_token=""
+        accepted_lengths=accepted,
+        drafted_lengths=drafted,
     )
 
 

@@ -35,6 +35,23 @@ class RunRecord(DraftRatios):
     decode_s: float = 0.0
     peak_rss_mib: float = 0.0
     accepted_lengths: list[int] = field(default_factory=list)  # per drafting round
+    drafted_lengths: list[int] = field(default_factory=list)  # per drafting round, likewise
+
+    @property
+    def alpha(self) -> float | None:
+        """The per-token acceptance probability, None without per-round counts.
+
+        A round accepts draft tokens until the first rejection, so each drafted
+        position is a trial up to the first failure: the maximum-likelihood
+        estimate is accepted / (accepted + rounds that ended in a rejection).
+        Rounds that accepted their whole draft end with no failure (censored).
+        """
+        if not self.drafted_lengths or len(self.drafted_lengths) != len(self.accepted_lengths):
+            return None
+        pairs = zip(self.accepted_lengths, self.drafted_lengths, strict=True)
+        rejections = sum(1 for a, d in pairs if a < d)
+        accepted = sum(self.accepted_lengths)
+        return accepted / (accepted + rejections) if accepted + rejections else None
 
 
 def median(values: Iterable[float]) -> float:
@@ -48,9 +65,10 @@ def paired_ratios(a: Sequence[float | None], b: Sequence[float | None]) -> list[
     return [x / y for x, y in zip(a, b, strict=False) if x is not None and y]
 
 
-def median_ratio(a: Sequence[float | None], b: Sequence[float | None]) -> float:
-    """Median of the per-repetition ratios a/b (0.0 if none)."""
-    return median(paired_ratios(a, b))
+def median_ratio(a: Sequence[float | None], b: Sequence[float | None]) -> float | None:
+    """Median of the per-repetition ratios a/b (None if no repetition has both)."""
+    ratios = paired_ratios(a, b)
+    return median(ratios) if ratios else None
 
 
 def expected_speedup(alpha: float, gamma: float, cost_ratio: float) -> float:
@@ -92,7 +110,8 @@ def ceiling_at(seconds: Mapping[int, float]) -> tuple[int, float]:
     one = seconds.get(1, 0.0)
     if one <= 0:
         return 1, 1.0
-    best = max(seconds, key=lambda k: k * one / seconds[k])
+    timed = [k for k in seconds if seconds[k] > 0]  # a 0 s timing is no timing
+    best = max(timed, key=lambda k: k * one / seconds[k])
     return best, best * one / seconds[best]
 
 
@@ -136,21 +155,38 @@ def summarise(
         "accepted_hist": histogram(n for r in ok for n in r.accepted_lengths),
     }
     if cost_ratio is not None:
-        alpha, gamma = out["acceptance_rate"], out["gamma_mean"]
-        out["projection"] = {
-            "label": "projection (not measured): memory-bandwidth-bound hardware",
-            "cost_ratio": cost_ratio,
-            "formula": expected_speedup(alpha, gamma, cost_ratio) if gamma > 0 else 1.0,
-            "rounds": rounds_projection(out["mean_accepted_per_call"], gamma, cost_ratio),
-        }
+        per_call = out["mean_accepted_per_call"]
+        out["projection"] = _projection(ok, out["gamma_mean"], per_call, cost_ratio)
     return out
 
 
+def _projection(
+    ok: Sequence[RunRecord], gamma: float, per_call: float, cost_ratio: float
+) -> dict[str, Any]:
+    """Leviathan's formula at the per-token acceptance alpha (median over repetitions),
+    None where no repetition recorded per-round counts; and the rounds actually run."""
+    alphas = [r.alpha for r in ok if r.alpha is not None]
+    alpha = median(alphas) if alphas else None
+    if gamma <= 0:
+        formula: float | None = 1.0
+    else:
+        formula = expected_speedup(alpha, gamma, cost_ratio) if alpha is not None else None
+    return {
+        "label": "projection (not measured): memory-bandwidth-bound hardware",
+        "cost_ratio": cost_ratio,
+        "alpha": alpha,
+        "formula": formula,
+        "rounds": rounds_projection(per_call, gamma, cost_ratio),
+    }
+
+
 def best_key(rows: Mapping[str, Mapping[str, Any]]) -> str | None:
-    """The key of the row with the highest median tokens/s."""
-    if not rows:
+    """The key of the row with the highest speed-up over plain (median of the paired
+    per-repetition ratios, as the goals compare); None if no row has one."""
+    scored = [k for k in rows if rows[k].get("speedup") is not None]
+    if not scored:
         return None
-    return max(rows, key=lambda k: rows[k]["tokens_per_second"])
+    return max(scored, key=lambda k: rows[k]["speedup"])
 
 
 def check_goals(workloads: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:

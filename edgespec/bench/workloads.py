@@ -8,6 +8,7 @@ completion.
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
@@ -45,17 +46,31 @@ def parse_workload(text: str, *, default_name: str = "") -> Workload:
     prompt = data.get("prompt")
     if not name or not isinstance(prompt, str) or not prompt:
         raise InvalidParameterError(f"workload {name or default_name!r} needs a name and a prompt")
-    try:
-        return Workload(
-            name=name,
-            description=str(data.get("description", "")),
-            prompt=prompt,
-            temperature=float(data.get("temperature", 0.0)),
-            max_tokens=int(data.get("max_tokens", 256)),
-            chat=bool(data.get("chat", False)),
+    temperature = data.get("temperature", 0.0)
+    max_tokens = data.get("max_tokens", 256)
+    chat = data.get("chat", False)
+    bad = f"bad field in workload {name!r}:"
+    if not _is_number(temperature) or not 0.0 <= temperature < math.inf:
+        raise InvalidParameterError(f"{bad} temperature must be a number >= 0, got {temperature!r}")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise InvalidParameterError(
+            f"{bad} max_tokens must be a whole number >= 1, got {max_tokens!r}"
         )
-    except (TypeError, ValueError) as e:
-        raise InvalidParameterError(f"bad field in workload {name!r}: {e}") from None
+    if not isinstance(chat, bool):
+        raise InvalidParameterError(f"{bad} chat must be true or false, got {chat!r}")
+    return Workload(
+        name=name,
+        description=str(data.get("description", "")),
+        prompt=prompt,
+        temperature=float(temperature),
+        max_tokens=max_tokens,
+        chat=chat,
+    )
+
+
+def _is_number(value: object) -> bool:
+    """True for a TOML integer or float (TOML booleans are ints to Python: not these)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def builtin_workloads() -> dict[str, Workload]:
@@ -92,4 +107,8 @@ def select_workloads(spec: str | None) -> list[Workload]:
             raise InvalidParameterError(f"unknown workload {item!r}; shipped: {names}")
     if not picked:
         raise InvalidParameterError("no workloads selected")
+    names = [w.name for w in picked]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise InvalidParameterError(f"workload named more than once: {', '.join(twice)}")
     return picked

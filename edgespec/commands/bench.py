@@ -23,6 +23,8 @@ DEFAULT_GAMMAS = "auto,1,2,4,8,16"
 DEFAULT_LLAMA_LENGTHS = "1,2,4,8,16"
 DEFAULT_REPS = 3
 QUICK = {"reps": 1, "max_tokens": 48, "gammas": "auto,4", "llama_draft_lengths": "4"}
+# what a saved report with missing keys or odd values raises while it is rendered
+REPORT_ERRORS = (KeyError, TypeError, ValueError, ZeroDivisionError, AttributeError, IndexError)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -80,13 +82,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _ints(text: str, what: str) -> list[int]:
+    """Comma-separated whole numbers >= 1, each once (in the order first given): a
+    repeated value would be one configuration label run twice per repetition."""
     try:
         vals = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise InvalidParameterError(f"{what} must be comma-separated whole numbers") from None
     if not vals or min(vals) < 1:
         raise InvalidParameterError(f"{what} must be whole numbers >= 1")
-    return vals
+    return list(dict.fromkeys(vals))
 
 
 def _gammas(text: str) -> list[int | str]:
@@ -159,12 +163,18 @@ def _rerender(saved: Path, chart: Path | None) -> int:
     if chart is not None:
         _check_writable(chart, "--chart")
     try:
-        report = finish(json.loads(saved.read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, AttributeError) as e:
+        data = json.loads(saved.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
         raise InvalidParameterError(f"cannot read report {saved}: {e}") from None
-    print(text_report(report))
-    if chart is not None:
-        _write_chart(report, chart)
+    try:  # nothing is printed or written until the whole report has been read
+        report = finish(data)
+        text = text_report(report)
+        if chart is not None:
+            _write_chart(report, chart)
+    except REPORT_ERRORS as e:
+        detail = f"missing {e}" if isinstance(e, KeyError) else f"{type(e).__name__}: {e}"
+        raise InvalidParameterError(f"cannot read report {saved}: {detail}") from None
+    print(text)
     return 0
 
 
@@ -193,8 +203,9 @@ def _write_output(path: Path, option: str, write: Callable[[Path], object]) -> N
         write(tmp)
         os.replace(tmp, path)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         raise InvalidParameterError(f"{option}: cannot write {path}: {e.strerror}") from None
+    finally:
+        tmp.unlink(missing_ok=True)  # gone after the rename; left by any failure before it
 
 
 def _report(setup: BenchSetup, workloads: list[Workload]) -> dict:

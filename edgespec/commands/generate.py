@@ -49,8 +49,6 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidParameterError(f"gamma must be >= 0, got {args.gamma}")
     if args.max_tokens < 0:
         raise InvalidParameterError(f"max-tokens must be >= 0, got {args.max_tokens}")
-    if args.seed is not None and args.seed < 0:
-        raise InvalidParameterError(f"seed must be >= 0, got {args.seed}")
     prompt = _read_prompt(args)
     target, drafter = load_pair(
         args.target,

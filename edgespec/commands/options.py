@@ -54,13 +54,24 @@ def add_sampling_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=DEFAULT_TOP_K, help="0 disables")
     p.add_argument("--top-p", type=float, default=DEFAULT_TOP_P)
     p.add_argument("--min-p", type=float, default=DEFAULT_MIN_P)
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--seed", type=parse_seed, default=None, help="makes sampling repeatable")
     p.add_argument(
         "--gamma",
         type=parse_gamma,
         default=DEFAULT_GAMMA,
         help="draft tokens per round, or auto: chosen each round from measured costs",
     )
+
+
+def parse_seed(text: str) -> int:
+    """A whole number >= 0 (numpy's generators take no negative seed)."""
+    try:
+        seed = int(text)
+    except ValueError:
+        seed = -1
+    if seed < 0:
+        raise argparse.ArgumentTypeError(f"seed must be a whole number >= 0, got {text!r}")
+    return seed
 
 
 def parse_gamma(text: str) -> int | str:
