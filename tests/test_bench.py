@@ -657,15 +657,21 @@ def test_bench_bad_options(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
     assert not os.path.exists(tmp_path / "none")
 
 
+def _forbid(monkeypatch: pytest.MonkeyPatch, owner: object, name: str, what: str) -> None:
+    """Make owner.name fail the test if anything calls it."""
+
+    def forbidden(*_a: object, **_k: object) -> None:
+        raise AssertionError(what)
+
+    monkeypatch.setattr(owner, name, forbidden)
+
+
 def test_bench_refuses_an_unwritable_report_before_running(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import edgespec.commands.bench as bench_cmd
 
-    def must_not_run(*_a: object, **_k: object) -> dict:
-        raise AssertionError("the benchmark ran before its output path was checked")
-
-    monkeypatch.setattr(bench_cmd, "_report", must_not_run)
+    _forbid(monkeypatch, bench_cmd, "_report", "the benchmark ran before its paths were checked")
     missing = tmp_path / "no" / "such" / "dir"
     assert main(["bench", "--json", str(missing / "r.json")]) == 1
     assert main(["bench", "--chart", str(missing / "r.png")]) == 1
@@ -699,10 +705,7 @@ def test_bench_refuses_repeated_labels_before_loading(
 ) -> None:
     import edgespec.bench.runner as runner
 
-    def must_not_load(*_a: object, **_k: object) -> None:
-        raise AssertionError("a model was loaded")
-
-    monkeypatch.setattr(runner, "load_pair", must_not_load)
+    _forbid(monkeypatch, runner, "load_pair", "a model was loaded")
     assert main(["bench", "--drafters", "a/x.gguf,b/x.gguf"]) == 1
     assert main(["bench", "--drafters", "ngram,ngram"]) == 1
     assert main(["bench", "--workloads", "chat,chat"]) == 1
