@@ -68,10 +68,15 @@ def test_seeded_sampling_is_repeatable(fim_server: Running) -> None:
 def test_stop_string(fim_server: Running) -> None:
     c = client(fim_server)
     full = c.completions.create(model="target_fim", prompt="Hello", max_tokens=20).choices[0].text
-    word = full.split()[2]
-    r = c.completions.create(model="target_fim", prompt="Hello", max_tokens=20, stop=[word])
-    assert r.choices[0].finish_reason == "stop"
-    assert r.choices[0].text == full[: full.index(word)]
+    # a one-word stop, and one that spans several tokens: its first tokens must not be
+    # sent before its last one arrives, streamed or not
+    for stop in (full.split()[2], full[4:24]):
+        kw = {"model": "target_fim", "prompt": "Hello", "max_tokens": 20, "stop": [stop]}
+        r = c.completions.create(**kw)
+        assert r.choices[0].finish_reason == "stop"
+        assert r.choices[0].text == full[: full.index(stop)]
+        chunks = list(c.completions.create(**kw, stream=True))
+        assert "".join(ch.choices[0].text for ch in chunks if ch.choices) == r.choices[0].text
 
 
 def test_completion_with_suffix_uses_fim(fim_server: Running) -> None:
