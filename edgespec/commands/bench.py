@@ -128,8 +128,15 @@ def run(args: argparse.Namespace) -> int:
         "llama draft lengths",
     )
     drafters = [d.strip() for d in args.drafters.split(",") if d.strip()]
-    if args.llama_cpp_bin is not None and not args.llama_cpp_bin.is_dir():
-        raise InvalidParameterError(f"--llama-cpp-bin: no such folder {args.llama_cpp_bin}")
+    if args.llama_cpp_bin is not None:
+        from ..bench.llamacpp import LOOKUP, SPECULATIVE, find_binaries
+
+        if not args.llama_cpp_bin.is_dir():
+            raise InvalidParameterError(f"--llama-cpp-bin: no such folder {args.llama_cpp_bin}")
+        if not find_binaries(args.llama_cpp_bin):  # else the run would silently lack them
+            raise InvalidParameterError(
+                f"--llama-cpp-bin: no executable {LOOKUP} or {SPECULATIVE} in {args.llama_cpp_bin}"
+            )
     workloads = select_workloads(args.workloads)
     for option, path in (("--json", args.json), ("--chart", args.chart)):
         if path is not None:
