@@ -13,7 +13,6 @@ import json
 import math
 import os
 import platform
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from .backend import FAST_KERNELS, LlamaModel
+from .files import replace_file
 
 MAX_VERIFY = 48  # rows of a verify batch: the pending token and up to 47 draft tokens
 CALIBRATION_DEPTH = 64  # context depth the curve is measured at
@@ -185,16 +185,9 @@ def _read_cache(path: Path) -> dict:
 
 
 def _write_cache(path: Path, cache: dict) -> None:
-    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        # a name of its own per writer: two threads (a server's sessions) once shared one
-        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        tmp = Path(name)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(json.dumps(cache, indent=1))
-        os.replace(tmp, path)
+        text = json.dumps(cache, indent=1)
+        replace_file(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     except OSError:
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
-        # a read-only cache only costs a re-measurement next time
+        pass  # a read-only cache only costs a re-measurement next time

@@ -97,18 +97,11 @@ class ModelDrafter:
         q: list[TokenDist] = []
         confidence = 1.0  # the draft's probability of all its tokens so far
         for i in range(n):
-            dist = None if sampling.greedy else process_logits(logits, sampling)[0]
-            if keep is not None:
-                top = _top_probability(logits[0]) if dist is None else float(dist.probs.max())
-                if not keep(i + 1, confidence * top):
-                    break  # decided before x is drawn (see KeepDrafting)
-            if dist is None:
-                x = int(greedy_tokens(logits)[0])
-                if keep is not None:
-                    confidence *= top
-            else:
-                x = dist.sample(rng)
-                confidence *= dist.prob(x)
+            drawn = draw_token(logits[0], sampling, rng, keep, i + 1, confidence)
+            if drawn is None:
+                break
+            x, dist, confidence = drawn
+            if dist is not None:
                 q.append(dist)
             tokens.append(x)
             if m.is_eog(x):
@@ -117,6 +110,33 @@ class ModelDrafter:
                 logits = m.decode([x], logits="last")
                 calls += 1
         return Draft(tokens, q, calls)
+
+
+def draw_token(
+    row: np.ndarray,
+    sampling: SamplingParams,
+    rng: np.random.Generator,
+    keep: KeepDrafting | None,
+    i: int,
+    confidence: float,
+) -> tuple[int, TokenDist | None, float] | None:
+    """Draft token i (1-based) from a logits row, or None where keep() ends the draft.
+
+    Returns the token, the distribution it was drawn from (None when greedy) and the
+    draft's confidence in tokens 1..i. keep() is asked before the token is drawn
+    (see KeepDrafting).
+    """
+    dist = None if sampling.greedy else process_logits(row, sampling)[0]
+    if keep is not None:
+        top = _top_probability(row) if dist is None else float(dist.probs.max())
+        if not keep(i, confidence * top):
+            return None
+    if dist is None:
+        if keep is not None:
+            confidence *= top  # q(x) of a greedy draft
+        return int(greedy_tokens(row)[0]), None, confidence
+    x = dist.sample(rng)
+    return x, dist, confidence * dist.prob(x)
 
 
 def _top_probability(logits: np.ndarray) -> float:

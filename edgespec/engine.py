@@ -188,7 +188,7 @@ def stream_generate(
             if g == 0 and looked_up is not None:
                 # (also when the composite's model stood in: an earlier proposal being
                 # scored a token a round must move on with the text)
-                policy.observe_free(proposal.tokens if proposal is not None else [], res.next_token)
+                policy.observe_free(looked_up.tokens, res.next_token)
         kept = [*res.draft[: res.n_accepted], res.next_token]
         kinds = [TokenKind.ACCEPTED] * res.n_accepted
         if res.n_accepted < len(res.draft):

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ModelFetchError
+from .files import replace_file
 
 __all__ = [
     "BarFactory",
@@ -117,17 +118,12 @@ def recorded_sha256(dest: Path) -> str | None:
 
 def write_marker(dest: Path, sha256: str) -> None:
     """Record that ``dest`` (as it is now) has the given sha256. Best effort."""
-    marker = marker_path(dest)
-    tmp = marker.with_name(f".{marker.name}.tmp-{os.getpid()}")
     try:
         st = dest.stat()
-        tmp.write_text(
-            json.dumps({"sha256": sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
-        )
-        os.replace(tmp, marker)
+        text = json.dumps({"sha256": sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+        replace_file(marker_path(dest), lambda tmp: tmp.write_text(text))
     except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+        pass
 
 
 def _stat_key(path: Path) -> tuple[int, int, int] | None:

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from .backend import LlamaModel
-from .drafters import Draft, KeepDrafting, _top_probability
-from .sampling import SamplingParams, TokenDist, greedy_tokens, process_logits
+from .drafters import Draft, KeepDrafting, draw_token
+from .sampling import SamplingParams, TokenDist
 
 _BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 
@@ -95,20 +95,10 @@ def propose_shared(
     confidence = 1.0  # the draft's probability of its tokens so far
     for i in range(n):
         row = np.where(tmap.outside, -np.inf, logits[0])
-        dist = None if sampling.greedy else process_logits(row, sampling)[0]
-        if keep is not None:
-            top = _top_probability(row) if dist is None else float(dist.probs.max())
-            if not keep(i + 1, confidence * top):
-                break  # decided before x is drawn (see drafters.KeepDrafting)
-        if dist is None:
-            x = int(greedy_tokens(row)[0])
-            if keep is not None:
-                confidence *= top
-        else:
-            x = dist.sample(rng)
-            confidence *= dist.prob(x)
-        if tmap.outside[x]:
-            break  # only when no shared token is left: the row is all -inf
+        drawn = draw_token(row, sampling, rng, keep, i + 1, confidence)
+        if drawn is None or tmap.outside[drawn[0]]:
+            break  # (outside only when no shared token is left: the row is all -inf)
+        x, dist, confidence = drawn
         tokens.append(int(tmap.to_target[x]))
         if dist is not None:
             q.append(tmap.mapped(dist))

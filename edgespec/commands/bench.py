@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 from collections.abc import Callable
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import InvalidParameterError
+from ..files import replace_file
 from .options import DEFAULT_TARGET, parse_gamma
 
 if TYPE_CHECKING:
@@ -205,14 +205,10 @@ def _check_writable(path: Path, option: str) -> None:
 
 def _write_output(path: Path, option: str, write: Callable[[Path], object]) -> None:
     """Write through a temporary file and rename it: never a half-written report."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        write(tmp)
-        os.replace(tmp, path)
+        replace_file(path, write)
     except OSError as e:
         raise InvalidParameterError(f"{option}: cannot write {path}: {e.strerror}") from None
-    finally:
-        tmp.unlink(missing_ok=True)  # gone after the rename; left by any failure before it
 
 
 def _report(setup: BenchSetup, workloads: list[Workload]) -> dict:
