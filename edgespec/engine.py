@@ -17,7 +17,7 @@ import numpy as np
 from .adaptive import AdaptiveGamma
 from .backend import LlamaModel
 from .detok import Detokenizer
-from .drafters import Draft, Drafter, KeepDrafting
+from .drafting import Draft, Drafter, KeepDrafting
 from .errors import ContextFullError, InvalidParameterError
 from .events import DoneEvent, Event, RoundEvent, Stats, StopReason, TokenEvent, TokenKind
 from .sampling import SamplingParams, TokenDist, greedy_tokens, process_logits

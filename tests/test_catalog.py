@@ -10,9 +10,9 @@ import gguf
 import numpy as np
 import pytest
 
-from edgespec.catalog import HubSource, PypiSource, load_catalog, parse_catalog
 from edgespec.errors import CatalogError, ModelLoadError
-from edgespec.gguf_meta import GgufVocab, check_usable, missing_keys, read_metadata
+from edgespec.modelstore.catalog import HubSource, PypiSource, load_catalog, parse_catalog
+from edgespec.modelstore.gguf_meta import GgufVocab, check_usable, missing_keys, read_metadata
 
 MINIMAL = """
 [models.a]
@@ -187,7 +187,7 @@ def test_truncated_or_foreign_files(tmp_path: Path, synthetic_models: dict[str, 
 def test_vocab_rule_on_metadata_matches_llama_cpp(synthetic_models: dict[str, Path]) -> None:
     """compat.incompatibility gives the same verdicts on GGUF metadata as on loaded models."""
     from edgespec.backend import LlamaModel
-    from edgespec.compat import incompatibility
+    from edgespec.drafting.compat import incompatibility
 
     names = ["draft_same", "draft_unrelated", "draft_badvocab", "draft_bigvocab"]
     target = LlamaModel(synthetic_models["target"], n_ctx=64, n_threads=1)

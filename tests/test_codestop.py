@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from edgespec.codestop import CodeStop
+from edgespec.completion.codestop import CodeStop
 
 
 def run(suffix: str, text: str, *, chunk: int = 1, **kw) -> tuple[str, str | None, CodeStop]:

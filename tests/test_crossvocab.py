@@ -10,13 +10,13 @@ from test_cli import run_cli
 from test_sampling_distribution import ALPHA, _exact_first_two, _pvalue, _sample_first_two
 
 from edgespec.backend import LlamaModel
-from edgespec.compat import incompatibility
-from edgespec.crossvocab import CrossVocabDrafter
-from edgespec.drafters import CompositeDrafter, ModelDrafter
+from edgespec.drafting import CompositeDrafter, ModelDrafter
+from edgespec.drafting.compat import incompatibility
+from edgespec.drafting.crossvocab import CrossVocabDrafter
+from edgespec.drafting.ngram import NgramDrafter
 from edgespec.engine import generate
 from edgespec.errors import ModelLoadError
 from edgespec.loading import load_pair
-from edgespec.ngram import NgramDrafter
 from edgespec.sampling import SamplingParams
 
 PROMPTS = ["Hello world", "The people of the world said", "日本語 café ü — the time"]

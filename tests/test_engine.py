@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from edgespec.backend import LlamaModel
-from edgespec.compat import check_compatible
-from edgespec.drafters import ModelDrafter
+from edgespec.drafting import ModelDrafter
+from edgespec.drafting.compat import check_compatible
+from edgespec.drafting.ngram import NgramDrafter
 from edgespec.engine import generate, stream_generate
 from edgespec.errors import ContextFullError, IncompatibleModelsError, InvalidParameterError
 from edgespec.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind
-from edgespec.ngram import NgramDrafter
 from edgespec.sampling import SamplingParams
 
 PROMPTS = [
@@ -317,7 +317,7 @@ def test_a_lookup_scored_in_plain_rounds_moves_on_when_the_model_stands_in(monke
     # proposal being scored a token a round stood still: a hit was then scored a miss
     from edgespec.adaptive import AcceptanceEstimate, AdaptiveGamma
     from edgespec.costs import CostCurve
-    from edgespec.drafters import CompositeDrafter, Draft
+    from edgespec.drafting import CompositeDrafter, Draft
 
     class StandIn:
         model, name = object(), "stand-in"

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from edgespec.backend import FimTokens
-from edgespec.errors import InvalidParameterError
-from edgespec.fim import (
+from edgespec.completion.fim import (
     SNIPPET_SEPARATOR,
     ExtraChunk,
     build_fim_prompt,
     fim_stop_tokens,
     split_at_cursor,
 )
+from edgespec.errors import InvalidParameterError
 
 # special ids above every code point, so they cannot collide with character tokens
 BOS, PRE, SUF, MID, PAD, REP, SEP = range(0x110000, 0x110007)

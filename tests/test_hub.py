@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from fake_hub import COMMIT, FakeHub, running
 
-from edgespec import hub as hubmod
-from edgespec import store
-from edgespec.catalog import CatalogModel, HubSource, PypiSource
 from edgespec.errors import ModelFetchError
-from edgespec.fetch import ensure_catalog_model, model_status
+from edgespec.modelstore import hub as hubmod
+from edgespec.modelstore import store
+from edgespec.modelstore.catalog import CatalogModel, HubSource, PypiSource
+from edgespec.modelstore.fetch import ensure_catalog_model, model_status
 
 REPO, FILE = "test-org/tiny-GGUF", "tiny-Q8_0.gguf"
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from edgespec.backend import LlamaModel
+from edgespec.drafting.ngram import NgramDrafter
 from edgespec.engine import generate
-from edgespec.ngram import NgramDrafter
 from edgespec.sampling import SamplingParams
 
 GREEDY = SamplingParams()

@@ -7,8 +7,8 @@ import random
 import pytest
 
 from edgespec.backend import LlamaModel
-from edgespec.compat import check_compatible
-from edgespec.drafters import ModelDrafter
+from edgespec.drafting import ModelDrafter
+from edgespec.drafting.compat import check_compatible
 from edgespec.engine import generate
 from edgespec.errors import IncompatibleModelsError
 

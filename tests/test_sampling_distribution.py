@@ -17,7 +17,7 @@ from scipy import stats as sps
 from edgespec.adaptive import AdaptiveGamma
 from edgespec.backend import LlamaModel
 from edgespec.costs import CostCurve
-from edgespec.drafters import ModelDrafter
+from edgespec.drafting import ModelDrafter
 from edgespec.engine import generate
 from edgespec.sampling import SamplingParams, process_logits
 

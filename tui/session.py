@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Protocol
 
 from edgespec.backend import LlamaModel
-from edgespec.drafters import CompositeDrafter, Drafter
+from edgespec.drafting import CompositeDrafter, Drafter
+from edgespec.drafting.ngram import NgramDrafter
 from edgespec.engine import DEFAULT_GAMMA, DEFAULT_MAX_TOKENS, stream_generate
 from edgespec.events import Event, RoundEvent
 from edgespec.loading import NGRAM, NO_DRAFT, load_pair, model_drafter, resolve_model
-from edgespec.ngram import NgramDrafter
 from edgespec.sampling import (
     DEFAULT_MIN_P,
     DEFAULT_TEMPERATURE,

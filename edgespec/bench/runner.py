@@ -20,13 +20,13 @@ from pathlib import Path
 
 from ..backend import DEFAULT_CTX, LlamaModel
 from ..chat_template import render_chat
-from ..compat import check_compatible
-from ..drafters import Drafter, ModelDrafter
+from ..drafting import Drafter, ModelDrafter
+from ..drafting.compat import check_compatible
+from ..drafting.ngram import NgramDrafter
 from ..engine import generate, make_policy, stream_generate
 from ..errors import IncompatibleModelsError, InvalidParameterError, ModelLoadError
 from ..events import DoneEvent, RoundEvent
 from ..loading import NGRAM, load_pair, resolve_model
-from ..ngram import NgramDrafter
 from ..sampling import SamplingParams
 from . import llamacpp
 from .memory import peak_rss_mib, reset_peak_rss

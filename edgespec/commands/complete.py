@@ -7,7 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from ..completion import (
+from ..completion.fim import split_at_cursor
+from ..completion.session import (
     AUTO,
     DEFAULT_MAX_LINES,
     CodeRules,
@@ -16,7 +17,6 @@ from ..completion import (
     load_session,
 )
 from ..errors import InvalidParameterError
-from ..fim import split_at_cursor
 from .options import AUTO_DRAFT_HELP, add_model_options, add_sampling_options, sampling_from_args
 
 DEFAULT_COMPLETE_TOKENS = 128

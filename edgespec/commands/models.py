@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..catalog import Catalog, CatalogModel, HubSource, load_catalog
 from ..errors import EdgespecError
-from ..fetch import ModelStatus, model_status
-from ..store import models_dir
+from ..modelstore.catalog import Catalog, CatalogModel, HubSource, load_catalog
+from ..modelstore.fetch import ModelStatus, model_status
+from ..modelstore.store import models_dir
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -80,8 +80,8 @@ def compatible_pairs(catalog: Catalog, statuses: dict[str, ModelStatus]) -> list
 
 def _file_incompatibility(target: Path, draft: Path) -> str | None:
     """llama.cpp's draft/target rule on two present files, or the error reading them."""
-    from ..compat import incompatibility
-    from ..gguf_meta import GgufVocab
+    from ..drafting.compat import incompatibility
+    from ..modelstore.gguf_meta import GgufVocab
 
     try:
         return incompatibility(GgufVocab(target), GgufVocab(draft))

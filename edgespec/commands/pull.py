@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..catalog import Catalog, load_catalog
 from ..errors import CatalogError
+from ..modelstore.catalog import Catalog, load_catalog
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,8 +43,8 @@ def expand(names: list[str], catalog: Catalog) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Fetch each model in turn; stop at the first failure (an EdgespecError)."""
-    from ..fetch import console, ensure_catalog_model
-    from ..gguf_meta import check_usable
+    from ..modelstore.fetch import console, ensure_catalog_model
+    from ..modelstore.gguf_meta import check_usable
 
     catalog = load_catalog()
     names = expand(args.names, catalog)  # all names are checked before any download

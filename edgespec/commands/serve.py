@@ -7,7 +7,7 @@ import ipaddress
 import os
 import sys
 
-from ..completion import AUTO, load_session
+from ..completion.session import AUTO, load_session
 from ..errors import InvalidParameterError
 from .options import AUTO_DRAFT_HELP, add_model_options, parse_gamma
 

@@ -19,7 +19,7 @@ from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..completion import (
+from ..completion.session import (
     DEFAULT_MAX_LINES,
     CodeRules,
     CompletionRequest,

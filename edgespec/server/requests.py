@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..completion.fim import ExtraChunk
 from ..engine import DEFAULT_MAX_TOKENS
-from ..fim import ExtraChunk
 from ..sampling import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingParams
 from .errors import ApiError, bad_request
 

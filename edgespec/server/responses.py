@@ -11,7 +11,7 @@ import time
 import uuid
 from typing import Any
 
-from ..completion import CompletionResult, CompletionSession
+from ..completion.session import CompletionResult, CompletionSession
 from ..events import Stats
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from edgespec.completion import CompletionSession, load_session
+from edgespec.completion.session import CompletionSession, load_session
 from edgespec.server import EdgespecServer
 
 API_KEY = "sk-test-edgespec"

@@ -14,9 +14,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from edgespec.completion import CompletionSession, load_session
-
-from .conftest import API_KEY, Running, start
+from edgespec.completion.session import CompletionSession, load_session
+from tests.server.conftest import API_KEY, Running, start
 
 C, CHAT, INFILL = "/v1/completions", "/v1/chat/completions", "/infill"
 BAD = [

@@ -6,8 +6,13 @@ from collections.abc import Iterator
 
 import pytest
 
-import edgespec.completion as completion
-from edgespec.completion import CodeRules, CompletionRequest, CompletionResult, CompletionSession
+import edgespec.completion.session as completion
+from edgespec.completion.session import (
+    CodeRules,
+    CompletionRequest,
+    CompletionResult,
+    CompletionSession,
+)
 from edgespec.events import DoneEvent, RoundEvent, Stats, StopReason, TokenEvent, TokenKind
 
 
@@ -91,7 +96,7 @@ def test_engine_stop_reason_passes_through(fim_session: CompletionSession) -> No
 def test_an_auto_session_carries_what_its_policy_learned(synthetic_models) -> None:
     # short completions are too short to learn in: every request shares one policy
     from edgespec.adaptive import AdaptiveGamma
-    from edgespec.completion import load_session
+    from edgespec.completion.session import load_session
 
     session = load_session(str(synthetic_models["target"]), "ngram", gamma="auto", n_ctx=1024)
     policy = session._gamma()

@@ -6,7 +6,7 @@ import http.client
 import json
 from typing import Any
 
-from .conftest import API_KEY, Running
+from tests.server.conftest import API_KEY, Running
 
 PREFIX = "def total(items):\n    result = 0\n    for item in items:\n        result += "
 SUFFIX = "\n    return result\n\n\nprint(total([1, 2, 3]))\n"

@@ -8,9 +8,8 @@ import socket
 import threading
 import time
 
-from edgespec.completion import load_session
-
-from .conftest import Running, start
+from edgespec.completion.session import load_session
+from tests.server.conftest import Running, start
 
 BODY = {"input_prefix": "Hello the world of people", "input_suffix": "", "max_lines": 0}
 

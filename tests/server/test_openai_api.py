@@ -6,7 +6,7 @@ import openai
 import pytest
 from openai import OpenAI
 
-from .conftest import API_KEY, Running
+from tests.server.conftest import API_KEY, Running
 
 
 def client(running: Running, key: str | None = None) -> OpenAI:

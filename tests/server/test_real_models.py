@@ -7,9 +7,8 @@ from collections.abc import Iterator
 import pytest
 from openai import OpenAI
 
-from edgespec.completion import load_session
-
-from .conftest import Running, start
+from edgespec.completion.session import load_session
+from tests.server.conftest import Running, start
 
 pytestmark = pytest.mark.real_model
 

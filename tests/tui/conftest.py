@@ -6,13 +6,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from edgespec_tui.app import EdgespecApp, make_app
+from edgespec_tui.session import GenerationSettings
+from edgespec_tui.store import ConversationStore
 from textual.pilot import Pilot
 
-from tui.app import EdgespecApp, make_app
-from tui.session import GenerationSettings
-from tui.store import ConversationStore
-
-from .fakes import FakeEngine
+from tests.tui.fakes import FakeEngine
 
 
 @pytest.fixture

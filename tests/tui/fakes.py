@@ -6,10 +6,11 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
+from edgespec_tui.prompt import ChatMessage, PromptFormat
+from edgespec_tui.session import EngineInfo, GenerationSettings
+
 from edgespec.errors import ContextFullError, EdgespecError
 from edgespec.events import DoneEvent, Event, RoundEvent, Stats, StopReason, TokenEvent, TokenKind
-from tui.prompt import ChatMessage, PromptFormat
-from tui.session import EngineInfo, GenerationSettings
 
 A, R, C, B, P = (
     TokenKind.ACCEPTED,

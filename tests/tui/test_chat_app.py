@@ -7,19 +7,18 @@ import math
 import threading
 
 import pytest
+from edgespec_tui.prompt import ChatMessage
+from edgespec_tui.screens.conversations import ConversationsScreen
+from edgespec_tui.store import ConversationStore
+from edgespec_tui.widgets.assistant_message import AssistantMessage
+from edgespec_tui.widgets.chat_log import ChatLog, ModeBanner, UserMessage
+from edgespec_tui.widgets.prompt_input import PromptInput
+from edgespec_tui.widgets.stats_panel import StatsPanel
 
 from edgespec.errors import ModelLoadError
 from edgespec.events import TokenKind
-from tui.prompt import ChatMessage
-from tui.screens.conversations import ConversationsScreen
-from tui.store import ConversationStore
-from tui.widgets.assistant_message import AssistantMessage
-from tui.widgets.chat_log import ChatLog, ModeBanner, UserMessage
-from tui.widgets.prompt_input import PromptInput
-from tui.widgets.stats_panel import StatsPanel
-
-from .conftest import send, settle
-from .fakes import SCRIPT, FakeEngine, context_full
+from tests.tui.conftest import send, settle
+from tests.tui.fakes import SCRIPT, FakeEngine, context_full
 
 pytestmark = pytest.mark.asyncio
 
@@ -201,7 +200,7 @@ async def test_missing_model_is_a_notification(app_with) -> None:
     def factory():
         raise ModelLoadError("model file not found: nowhere.gguf")
 
-    from tui.app import make_app
+    from edgespec_tui.app import make_app
 
     app = make_app(factory, store=app_with().config.store)
     async with app.run_test() as pilot:
@@ -251,7 +250,7 @@ async def test_text_and_enter_arriving_together_are_sent(app_with) -> None:
 
 
 async def test_gamma_steps_through_auto(app_with) -> None:
-    from tui.session import GenerationSettings
+    from edgespec_tui.session import GenerationSettings
 
     engine = FakeEngine()
     app = app_with(engine, settings=GenerationSettings(gamma="auto"))

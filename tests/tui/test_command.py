@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from edgespec_tui.command import run, settings_from_args
 
 from edgespec.cli import build_parser
 from edgespec.errors import InvalidParameterError
-from tui.command import run, settings_from_args
 
 
 def test_chat_subcommand_and_settings() -> None:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from edgespec_tui.metrics import PlainCallMeter, ReplyMetrics
+from edgespec_tui.widgets.stats_panel import bar
 
 from edgespec.events import DoneEvent, RoundEvent, Stats, StopReason
-from tui.metrics import PlainCallMeter, ReplyMetrics
-from tui.widgets.stats_panel import bar
 
 
 def test_histogram_and_speedup_estimates() -> None:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from tui.prompt import ChatMessage, ChatTemplateError, PromptFormat, completion_text
+from edgespec_tui.prompt import ChatMessage, ChatTemplateError, PromptFormat, completion_text
 
 CHATML = (
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"

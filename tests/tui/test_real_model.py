@@ -5,15 +5,14 @@ from __future__ import annotations
 from functools import partial
 
 import pytest
+from edgespec_tui.app import make_app
+from edgespec_tui.prompt import ChatMessage
+from edgespec_tui.session import GenerationSettings, LlamaChatEngine, ModelChoice
+from edgespec_tui.widgets.assistant_message import AssistantMessage
+from edgespec_tui.widgets.stats_panel import StatsPanel
 
 from edgespec.events import TokenKind
-from tui.app import make_app
-from tui.prompt import ChatMessage
-from tui.session import GenerationSettings, LlamaChatEngine, ModelChoice
-from tui.widgets.assistant_message import AssistantMessage
-from tui.widgets.stats_panel import StatsPanel
-
-from .conftest import send, settle
+from tests.tui.conftest import send, settle
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.real_model]
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from textual.pilot import Pilot
 
-from .conftest import send, settle
-from .fakes import FakeEngine
+from tests.tui.conftest import send, settle
+from tests.tui.fakes import FakeEngine
 
 
 async def _after_a_reply(pilot: Pilot) -> None:

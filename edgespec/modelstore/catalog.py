@@ -1,8 +1,8 @@
 """The model catalog: named GGUF models, where to fetch them, and named draft/target pairs.
 
-The data lives in ``models/catalog.toml`` (shipped as package data of the tiny
-``models`` package); ``$EDGESPEC_CATALOG`` points at another file instead. This
-module only parses and validates it; fetching is :mod:`edgespec.fetch`.
+The data lives in ``models/catalog.toml`` (installed as package data of
+``edgespec.models``); ``$EDGESPEC_CATALOG`` points at another file instead. This
+module only parses and validates it; fetching is :mod:`edgespec.modelstore.fetch`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import CatalogError
+from ..errors import CatalogError
 
 __all__ = [
     "Catalog",
@@ -191,7 +191,7 @@ def _shipped_catalog() -> Catalog:
     from importlib.resources import files
 
     try:
-        resource = files("models").joinpath("catalog.toml")
+        resource = files("edgespec.models").joinpath("catalog.toml")
         text = resource.read_text(encoding="utf-8")
         origin = str(resource)
     except (ModuleNotFoundError, FileNotFoundError, OSError):

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..errors import ModelFetchError
 from . import store
 from .catalog import HubSource
-from .errors import ModelFetchError
 from .store import BarFactory, Progress
 
 __all__ = ["DEFAULT_ENDPOINT", "endpoint", "fetch_hub", "is_offline", "partial_path"]

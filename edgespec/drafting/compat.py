@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from .backend import LlamaModel, VocabInfo
-from .errors import IncompatibleModelsError
+from ..backend import LlamaModel, VocabInfo
+from ..errors import IncompatibleModelsError
 
 MAX_VOCAB_SIZE_DIFFERENCE = 128  # SPEC_VOCAB_MAX_SIZE_DIFFERENCE in llama.cpp
 FIRST_CHECKED_TOKEN = 5  # SPEC_VOCAB_CHECK_START_TOKEN_ID: ids below are often special

