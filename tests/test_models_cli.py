@@ -139,16 +139,6 @@ def test_pull_unknown_name_suggests(env: Any) -> None:
     assert hub.requests == []
 
 
-def test_download_script(env: Any) -> None:
-    vars_, _, files = env
-    r = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "download_models.py"), "tiny-draft"],
-        capture_output=True, text=True, env=vars_, timeout=300,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr
-    assert Path(r.stdout.strip()).read_bytes() == files["tiny-draft"]
-
-
 # ----------------------------------------------------------------------------- generate
 
 
