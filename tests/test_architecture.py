@@ -1,0 +1,128 @@
+"""The import graph, read from the code: no cycle, and dependencies pointing one way.
+
+Every ``import`` between modules counts, at module level or inside a function.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# the installed name of each top-level folder
+PACKAGES = {"edgespec": "edgespec", "tui": "edgespec_tui"}
+# the speculative core: free of UI, of the CLI, the server, the benchmark and the model store
+CORE = ("edgespec.engine", "edgespec.verify", "edgespec.sampling", "edgespec.adaptive")
+CORE_PACKAGES = ("edgespec.drafting",)
+ABOVE_CORE = (
+    "edgespec.cli",
+    "edgespec.commands",
+    "edgespec.server",
+    "edgespec.bench",
+    "edgespec.completion",
+    "edgespec.modelstore",
+    "edgespec.loading",
+    "edgespec_tui",
+)
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    parts[0] = PACKAGES[parts[0]]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for folder in PACKAGES for p in sorted((ROOT / folder).rglob("*.py"))}
+
+
+def _imported(name: str, path: Path) -> set[str]:
+    """Every module name an import statement in ``path`` mentions, made absolute."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            out.add(module)
+            out.update(f"{module}.{alias.name}" for alias in node.names)
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    """Module -> the project's modules it imports (a submodule counts as itself)."""
+    graph: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        deps = set()
+        for module in _imported(name, path):
+            while module and module not in MODULES:
+                module = module.rpartition(".")[0]
+            if module and module != name:
+                deps.add(module)
+        graph[name] = deps
+    return graph
+
+
+def _under(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def test_the_graph_is_read() -> None:
+    graph = _graph()
+    assert "edgespec.drafting" in graph["edgespec.engine"]
+    assert "edgespec.engine" in graph["edgespec_tui.session"]
+
+
+def test_no_import_cycle() -> None:
+    graph = _graph()
+    done: set[str] = set()
+    for start in graph:
+        path: list[str] = []
+        on_path: set[str] = set()
+        stack = [(start, iter(sorted(graph[start])))]
+        if start in done:
+            continue
+        path.append(start)
+        on_path.add(start)
+        while stack:
+            node, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                stack.pop()
+                path.pop()
+                on_path.discard(node)
+                done.add(node)
+            elif child in on_path:
+                cycle = path[path.index(child) :] + [child]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            elif child not in done:
+                stack.append((child, iter(sorted(graph[child]))))
+                path.append(child)
+                on_path.add(child)
+
+
+def test_edgespec_never_imports_the_tui() -> None:
+    for name, deps in _graph().items():
+        if name.startswith("edgespec."):
+            assert not [d for d in deps if _under(d, ("edgespec_tui",))], name
+
+
+def test_the_core_imports_nothing_above_it() -> None:
+    for name, deps in _graph().items():
+        if name in CORE or _under(name, CORE_PACKAGES):
+            above = sorted(d for d in deps if _under(d, ABOVE_CORE))
+            assert not above, f"{name} imports {above}"
+
+
+def test_only_the_backend_touches_llama_cpp() -> None:
+    files = [*MODULES.values(), *sorted((ROOT / "scripts").glob("*.py"))]
+    touching = set()
+    for path in files:
+        for module in _imported(path.stem, path):
+            if module == "llama_cpp" or module.startswith("llama_cpp."):
+                touching.add(path.relative_to(ROOT).as_posix())
+    assert touching == {"edgespec/backend.py"}
