@@ -29,7 +29,7 @@ from ..completion.session import (
 from ..errors import EdgespecError
 from .errors import ApiError, bad_request, from_exception
 from .requests import Options, parse_chat, parse_completions, parse_infill, parse_json
-from .responses import OpenAIFormat, infill_body, infill_chunk
+from .responses import InfillFormat, OpenAIFormat, ResponseFormat
 from .transport import JsonHandler
 from .worker import Worker
 
@@ -208,7 +208,8 @@ class Handler(JsonHandler):
             rules = CodeRules(call.suffix, fp.prefix_at_line_start, call.max_lines)
             return fp.tokens, rules, {"fim": fp.fim, "truncated": fp.truncated}
 
-        self._generate(build, call.opts, "prompt", OpenAIFormat(s, chat=False))
+        fmt = OpenAIFormat(s, chat=False, include_usage=call.opts.include_usage)
+        self._generate(build, call.opts, "prompt", fmt)
 
     def _chat(self) -> None:
         call = parse_chat(parse_json(self._raw))
@@ -218,7 +219,7 @@ class Handler(JsonHandler):
             lambda: (s.chat_prompt(call.messages), None, {}),
             call.opts,
             "messages",
-            OpenAIFormat(s, chat=True),
+            OpenAIFormat(s, chat=True, include_usage=call.opts.include_usage),
         )
 
     def _infill(self) -> None:
@@ -237,12 +238,12 @@ class Handler(JsonHandler):
             rules = CodeRules(call.suffix, fp.prefix_at_line_start, call.max_lines, call.min_indent)
             return fp.tokens, rules, {"fim": fp.fim, "truncated": fp.truncated}
 
-        self._generate(build, call.opts, "input_prefix", None)
+        self._generate(build, call.opts, "input_prefix", InfillFormat(s, stop_words=call.opts.stop))
 
     # ------------------------------------------------------------------ generation
 
-    def _generate(self, build: Build, opts: Options, param: str, fmt: OpenAIFormat | None) -> None:
-        """Run a completion on the worker; answer in OpenAI's format, or llama.cpp's (fmt None)."""
+    def _generate(self, build: Build, opts: Options, param: str, fmt: ResponseFormat) -> None:
+        """Run a completion on the worker; answer in fmt's protocol (OpenAI's, llama.cpp's)."""
         s = self.server.session
 
         def work(cancelled: Callable[[], bool]):
@@ -263,9 +264,8 @@ class Handler(JsonHandler):
         if prepared is None:  # the client went away while queued
             self.close_connection = True
             return
-        n_prompt = prepared["prompt_tokens"]
-        if fmt is not None:
-            fmt.extra = {k: v for k, v in prepared.items() if k in ("fim", "truncated")}
+        info = {k: v for k, v in prepared.items() if k in ("fim", "truncated")}
+        fmt.start(prepared["prompt_tokens"], info)
         if not opts.stream:
             result = None
             for item in items:
@@ -274,46 +274,19 @@ class Handler(JsonHandler):
             if result is None:
                 self.close_connection = True
                 return
-            if fmt is None:
-                body = infill_body(
-                    s,
-                    result,
-                    prompt_tokens=n_prompt,
-                    stop_words=opts.stop,
-                    truncated=prepared.get("truncated", False),
-                    fim=prepared.get("fim", False),
-                    streamed=False,
-                )
-            else:
-                body = fmt.body(result, n_prompt)
-            self._send_json(200, body)
+            self._send_json(200, fmt.body(result))
             return
         self._start_stream()
         try:
-            first = fmt.first_chunk() if fmt is not None else None
+            first = fmt.first_chunk()
             if first is not None:
                 self._sse(first)
-            n = 0
             for item in items:
                 if isinstance(item, str):
-                    n += 1
-                    self._sse(fmt.chunk(item) if fmt else infill_chunk(item, n, n_prompt))
-                elif fmt is not None:
-                    for chunk in fmt.last_chunks(item, n_prompt, opts.include_usage):
-                        self._sse(chunk)
-                    self._sse("[DONE]")
+                    self._sse(fmt.chunk(item))
                 else:
-                    self._sse(
-                        infill_body(
-                            s,
-                            item,
-                            prompt_tokens=n_prompt,
-                            stop_words=opts.stop,
-                            truncated=prepared.get("truncated", False),
-                            fim=prepared.get("fim", False),
-                            streamed=True,
-                        )
-                    )
+                    for chunk in fmt.last_chunks(item):
+                        self._sse(chunk)
             self._end_stream()
         except OSError:  # the client went away: stop its generation
             job.cancel.set()

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from ..completion.session import CompletionResult, CompletionSession
 from ..events import Stats
@@ -57,13 +58,46 @@ def usage(prompt_tokens: int, result: CompletionResult) -> dict[str, int]:
     }
 
 
+class ResponseFormat(Protocol):
+    """How one route answers: a body, or a stream of events, all in its protocol's format.
+
+    ``start`` is called once the prompt is built, before anything else; a stream
+    sends ``first_chunk`` (when not None), a ``chunk`` per text piece, then
+    ``last_chunks`` (dicts as JSON, strings such as "[DONE]" as they are).
+    """
+
+    def start(self, prompt_tokens: int, info: Mapping[str, Any]) -> None:
+        """The prompt's size, and how it was built (``fim``, ``truncated`` when known)."""
+        ...
+
+    def body(self, result: CompletionResult) -> dict[str, Any]:
+        """The non-streaming response."""
+        ...
+
+    def first_chunk(self) -> dict[str, Any] | None:
+        """What a stream opens with, if anything."""
+        ...
+
+    def chunk(self, text: str) -> dict[str, Any]:
+        """A streamed piece of text."""
+        ...
+
+    def last_chunks(self, result: CompletionResult) -> list[dict[str, Any] | str]:
+        """What a stream ends with."""
+        ...
+
+
 class OpenAIFormat:
     """Bodies and stream chunks of one /v1/completions or /v1/chat/completions response."""
 
-    def __init__(self, session: CompletionSession, *, chat: bool) -> None:
+    def __init__(
+        self, session: CompletionSession, *, chat: bool, include_usage: bool = False
+    ) -> None:
         self.session = session
+        self.prompt_tokens = 0
         self.extra: dict[str, Any] = {}  # added to timings (e.g. fim, truncated)
         self.chat = chat
+        self.include_usage = include_usage  # a stream ends with a usage chunk
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
         self.created = int(time.time())
         self.object = "chat.completion" if chat else "text_completion"
@@ -78,6 +112,11 @@ class OpenAIFormat:
             "choices": choices,
         }
 
+    def start(self, prompt_tokens: int, info: Mapping[str, Any]) -> None:
+        """The prompt's size (for usage) and how it was built (added to timings)."""
+        self.prompt_tokens = prompt_tokens
+        self.extra = dict(info)
+
     def _choice(self, text: str | None, finish: str | None, *, first: bool = False) -> dict:
         if not self.chat:
             return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
@@ -88,7 +127,7 @@ class OpenAIFormat:
             delta["content"] = text
         return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
 
-    def body(self, result: CompletionResult, prompt_tokens: int) -> dict[str, Any]:
+    def body(self, result: CompletionResult) -> dict[str, Any]:
         """The non-streaming response."""
         if self.chat:
             choice = {
@@ -100,7 +139,7 @@ class OpenAIFormat:
         else:
             choice = self._choice(result.text, result.finish_reason)
         out = self._envelope(self.object, [choice])
-        out["usage"] = usage(prompt_tokens, result)
+        out["usage"] = usage(self.prompt_tokens, result)
         out["timings"] = {**timings(result.stats, self.session, result), **self.extra}
         return out
 
@@ -115,18 +154,17 @@ class OpenAIFormat:
         obj = "chat.completion.chunk" if self.chat else "text_completion"
         return self._envelope(obj, [self._choice(text, None)])
 
-    def last_chunks(
-        self, result: CompletionResult, prompt_tokens: int, include_usage: bool
-    ) -> list[dict[str, Any]]:
-        """The finish_reason chunk (with timings) and, if asked, the usage chunk."""
+    def last_chunks(self, result: CompletionResult) -> list[dict[str, Any] | str]:
+        """The finish_reason chunk (with timings), the usage chunk if asked, and [DONE]."""
         obj = "chat.completion.chunk" if self.chat else "text_completion"
         last = self._envelope(obj, [self._choice(None, result.finish_reason)])
         last["timings"] = {**timings(result.stats, self.session, result), **self.extra}
-        out = [last]
-        if include_usage:
+        out: list[dict[str, Any] | str] = [last]
+        if self.include_usage:
             u = self._envelope(obj, [])
-            u["usage"] = usage(prompt_tokens, result)
+            u["usage"] = usage(self.prompt_tokens, result)
             out.append(u)
+        out.append("[DONE]")
         return out
 
 
@@ -143,45 +181,66 @@ _STOP_TYPE = {
 }
 
 
-def infill_chunk(text: str, n_predicted: int, prompt_tokens: int) -> dict[str, Any]:
-    """A streamed /infill piece, as llama.cpp's /completion stream sends it."""
-    return {
-        "index": 0,
-        "content": text,
-        "tokens": [],
-        "stop": False,
-        "id_slot": 0,
-        "tokens_predicted": n_predicted,
-        "tokens_evaluated": prompt_tokens,
-    }
+class InfillFormat:
+    """The body and stream events of one /infill response, as llama.cpp server sends them.
 
+    Args:
+        stop_words: the request's stop strings (the body names the one that matched).
+    """
 
-def infill_body(
-    session: CompletionSession,
-    result: CompletionResult,
-    *,
-    prompt_tokens: int,
-    truncated: bool,
-    fim: bool,
-    stop_words: tuple[str, ...],
-    streamed: bool,
-) -> dict[str, Any]:
-    """The /infill response (or its final stream event, whose content is empty)."""
-    return {
-        "index": 0,
-        "content": "" if streamed else result.text,
-        "tokens": [] if streamed else list(result.tokens),
-        "id_slot": 0,
-        "stop": True,
-        "model": session.name,
-        "tokens_predicted": len(result.tokens),
-        "tokens_evaluated": prompt_tokens,
-        "tokens_cached": result.stats.prompt_cached,
-        "has_new_line": "\n" in result.text,
-        "truncated": truncated,
-        "stop_type": _STOP_TYPE.get(result.stop, "none"),
-        # which stop string matched is known only when there is one
-        "stopping_word": stop_words[0] if result.stop == "stop" and len(stop_words) == 1 else "",
-        "fim": fim,
-        "timings": timings(result.stats, session, result),
-    }
+    def __init__(self, session: CompletionSession, *, stop_words: tuple[str, ...]) -> None:
+        self.session = session
+        self.stop_words = stop_words
+        self.prompt_tokens = 0
+        self.fim = False
+        self.truncated = False
+        self._predicted = 0  # pieces streamed so far
+
+    def start(self, prompt_tokens: int, info: Mapping[str, Any]) -> None:
+        """The prompt's size, and whether it used FIM tokens and was truncated."""
+        self.prompt_tokens = prompt_tokens
+        self.fim = info.get("fim", False)
+        self.truncated = info.get("truncated", False)
+
+    def body(self, result: CompletionResult, *, streamed: bool = False) -> dict[str, Any]:
+        """The /infill response (or, streamed, its final event, whose content is empty)."""
+        words = self.stop_words
+        return {
+            "index": 0,
+            "content": "" if streamed else result.text,
+            "tokens": [] if streamed else list(result.tokens),
+            "id_slot": 0,
+            "stop": True,
+            "model": self.session.name,
+            "tokens_predicted": len(result.tokens),
+            "tokens_evaluated": self.prompt_tokens,
+            "tokens_cached": result.stats.prompt_cached,
+            "has_new_line": "\n" in result.text,
+            "truncated": self.truncated,
+            "stop_type": _STOP_TYPE.get(result.stop, "none"),
+            # which stop string matched is known only when there is one
+            "stopping_word": words[0] if result.stop == "stop" and len(words) == 1 else "",
+            "fim": self.fim,
+            "timings": timings(result.stats, self.session, result),
+        }
+
+    def first_chunk(self) -> None:
+        """An /infill stream opens with text at once."""
+        return None
+
+    def chunk(self, text: str) -> dict[str, Any]:
+        """A streamed piece, as llama.cpp's /completion stream sends it."""
+        self._predicted += 1
+        return {
+            "index": 0,
+            "content": text,
+            "tokens": [],
+            "stop": False,
+            "id_slot": 0,
+            "tokens_predicted": self._predicted,
+            "tokens_evaluated": self.prompt_tokens,
+        }
+
+    def last_chunks(self, result: CompletionResult) -> list[dict[str, Any] | str]:
+        """The final event: the body without the text the stream carried."""
+        return [self.body(result, streamed=True)]
