@@ -17,7 +17,7 @@ import numpy as np
 from .adaptive import AdaptiveGamma
 from .backend import LlamaModel
 from .detok import Detokenizer
-from .drafting import Draft, Drafter, KeepDrafting
+from .drafting import CompositeDrafter, Draft, Drafter, KeepDrafting
 from .errors import ContextFullError, InvalidParameterError
 from .events import DoneEvent, Event, RoundEvent, Stats, StopReason, TokenEvent, TokenKind
 from .sampling import SamplingParams, TokenDist, greedy_tokens, process_logits
@@ -84,14 +84,13 @@ def speculative_step(
 def _split_lookup(drafter: Drafter | None) -> tuple[Drafter | None, Drafter | None]:
     """(the lookup, asked before gamma is chosen; the drafter to use when it has nothing).
 
-    A lookup drafter is (itself, None); a composite whose first drafter is a lookup is
-    (that lookup, its fallback); anything else (None, itself).
+    A lookup drafter (``is_lookup``) is (itself, None); a composite whose first drafter
+    is a lookup is (that lookup, its fallback); anything else (None, itself).
     """
-    if drafter is not None and getattr(drafter, "model", None) is None:
+    if drafter is not None and drafter.is_lookup:
         return drafter, None
-    first = getattr(drafter, "first", None)
-    if first is not None and getattr(first, "model", None) is None:
-        return first, drafter.fallback  # type: ignore[union-attr]
+    if isinstance(drafter, CompositeDrafter) and drafter.first.is_lookup:
+        return drafter.first, drafter.fallback
     return None, drafter
 
 
@@ -260,7 +259,7 @@ def make_policy(target: LlamaModel, drafter: Drafter) -> AdaptiveGamma:
     from .costs import load_or_measure
 
     curve = load_or_measure(target)
-    draft_model = getattr(drafter, "model", None)
+    draft_model = drafter.model
     step = load_or_measure(draft_model, max_k=2).cost(1) if draft_model is not None else 0.0
     return AdaptiveGamma(curve, draft_step_s=step)
 

@@ -5,14 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from .backend import DEFAULT_CTX, LlamaModel
-from .drafting import CompositeDrafter, Drafter, ModelDrafter
-from .drafting.compat import incompatibility
-from .drafting.crossvocab import CrossVocabDrafter
-from .drafting.ngram import NgramDrafter
+from .drafting import Drafter
+from .drafting.build import build_drafter, is_model_path, parse_draft_spec
 from .errors import ModelLoadError
-
-NO_DRAFT = ("none", "")
-NGRAM = "ngram"
 
 
 def resolve_model(spec: str) -> Path:
@@ -43,7 +38,7 @@ def _local_path(spec: str) -> Path | None:
     from .modelstore.catalog import load_catalog
 
     path = Path(spec).expanduser()
-    if _is_path(spec):
+    if is_model_path(spec):
         if not path.exists():
             raise ModelLoadError(f"model file not found: {spec}")
         return path
@@ -70,35 +65,6 @@ def _checked(path: Path) -> Path:
     return path
 
 
-def model_drafter(target: LlamaModel, draft: LlamaModel, spec: str | None = None) -> Drafter:
-    """A ModelDrafter when ``draft`` shares ``target``'s vocabulary (llama.cpp's rule),
-    else a CrossVocabDrafter, named after ``spec`` when that is a catalog name."""
-    if incompatibility(target, draft) is None:
-        return ModelDrafter(draft)
-    shown = spec if spec and not _is_path(spec) else draft.path.name
-    return CrossVocabDrafter(target, draft, name=f"{shown} (cross-vocab)")
-
-
-def _is_path(spec: str) -> bool:
-    """True when ``spec`` names a file rather than a catalog model."""
-    path = Path(spec).expanduser()
-    return path.suffix == ".gguf" or path.exists() or "/" in spec
-
-
-def _draft_parts(draft_spec: str | None) -> tuple[bool, str | None]:
-    """(n-gram drafting?, draft model spec or None) from --draft: none, ngram, MODEL or
-    ngram+MODEL."""
-    spec = (draft_spec or "").strip()
-    lowered = spec.lower()
-    if lowered in NO_DRAFT:
-        return False, None
-    if lowered == NGRAM:
-        return True, None
-    if lowered.startswith(NGRAM + "+"):
-        return True, spec[len(NGRAM) + 1 :].strip()
-    return False, spec
-
-
 def load_pair(
     target_spec: str,
     draft_spec: str | None,
@@ -118,16 +84,18 @@ def load_pair(
     n_ctx = n_ctx or DEFAULT_CTX
     if n_ctx < 16:
         raise ModelLoadError(f"context of {n_ctx} tokens is too small")
-    ngram, model_spec = _draft_parts(draft_spec)
+    model_spec = parse_draft_spec(draft_spec).model
     if model_spec is not None:
         _local_path(model_spec)
     target = LlamaModel(
         resolve_model(target_spec), n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=gpu_layers
     )
-    if model_spec is None:
-        return target, NgramDrafter() if ngram else None
-    draft = LlamaModel(
-        resolve_model(model_spec), n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=draft_gpu_layers
+    drafter = build_drafter(
+        target,
+        draft_spec,
+        resolve=resolve_model,
+        n_ctx=n_ctx,
+        n_threads=n_threads,
+        gpu_layers=draft_gpu_layers,
     )
-    drafter = model_drafter(target, draft, model_spec)
-    return target, CompositeDrafter(NgramDrafter(), drafter) if ngram else drafter
+    return target, drafter

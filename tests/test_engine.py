@@ -319,8 +319,8 @@ def test_a_lookup_scored_in_plain_rounds_moves_on_when_the_model_stands_in(monke
     from edgespec.costs import CostCurve
     from edgespec.drafting import CompositeDrafter, Draft
 
-    class StandIn:
-        model, name = object(), "stand-in"
+    class StandIn:  # a model drafter with nothing to propose (its model is not needed)
+        model, name, is_lookup = None, "stand-in", False
 
         def prefill(self, context) -> None:
             pass

@@ -11,8 +11,9 @@ from edgespec.commands.options import (
     add_model_options,
     add_sampling_options,
 )
+from edgespec.drafting.build import parse_draft_spec
 from edgespec.errors import EdgespecError, InvalidParameterError
-from edgespec.loading import NGRAM, NO_DRAFT, resolve_model
+from edgespec.loading import resolve_model
 
 from .session import GenerationSettings, LlamaChatEngine, ModelChoice
 
@@ -66,8 +67,8 @@ def run(args: argparse.Namespace) -> int:
     )
     # Fetch named models before the app takes the terminal, so download progress
     # shows as plain lines; any error is left for the app to show as a notification.
-    for spec in (choice.target, choice.draft):
-        if spec.lower() not in (*NO_DRAFT, NGRAM):
+    for spec in (choice.target, parse_draft_spec(choice.draft).model):
+        if spec is not None:
             with contextlib.suppress(EdgespecError):
                 resolve_model(spec)
     app = make_app(

@@ -3,7 +3,8 @@
 Everything model-specific the app needs goes through the small ``ChatEngine``
 protocol, so tests can swap in a scripted fake that yields the same
 ``edgespec.events`` dataclasses. ``LlamaChatEngine`` is the real one, built on
-edgespec's public API (``load_pair``, ``stream_generate``, ``LlamaModel``).
+edgespec's public API (``load_pair``, ``build_drafter``, ``stream_generate``,
+``LlamaModel``).
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from pathlib import Path
 from typing import Protocol
 
 from edgespec.backend import LlamaModel
-from edgespec.drafting import CompositeDrafter, Drafter
-from edgespec.drafting.ngram import NgramDrafter
+from edgespec.drafting import Drafter, build_drafter
+from edgespec.drafting.build import NGRAM, parse_draft_spec
 from edgespec.engine import DEFAULT_GAMMA, DEFAULT_MAX_TOKENS, stream_generate
 from edgespec.events import Event, RoundEvent
-from edgespec.loading import NGRAM, NO_DRAFT, load_pair, model_drafter, resolve_model
+from edgespec.loading import load_pair, resolve_model
 from edgespec.sampling import (
     DEFAULT_MIN_P,
     DEFAULT_TEMPERATURE,
@@ -140,7 +141,7 @@ class LlamaChatEngine:
 
     def _choices(self) -> tuple[str, ...]:
         out = ["none", NGRAM]
-        if self.choice.draft.lower() not in (*NO_DRAFT, NGRAM):
+        if parse_draft_spec(self.choice.draft).model is not None:
             out.append(display_name(self.choice.draft))
         if display_name(self.choice.draft) != display_name(self.choice.target):
             out.append(SELF_DRAFT)
@@ -164,24 +165,18 @@ class LlamaChatEngine:
             return
         if choice not in self._choices():
             raise ValueError(f"unknown drafter {choice!r}")
-        new: Drafter | None = None
-        if choice == NGRAM:
-            new = NgramDrafter()
-        elif choice != "none":
+        if choice in ("none", NGRAM):
+            spec = choice
+        else:  # "self": a second copy of the target, loaded as a draft model
             spec = self.choice.target if choice == SELF_DRAFT else self.choice.draft
-            composite = spec.lower().startswith(NGRAM + "+")
-            if composite:
-                spec = spec[len(NGRAM) + 1 :].strip()
-            model = LlamaModel(
-                resolve_model(spec),
-                n_ctx=self.target.n_ctx,
-                n_threads=self.choice.threads,
-                n_gpu_layers=self.choice.draft_gpu_layers,
-            )
-            # same vocabulary: a plain model drafter; another one: drafting through text
-            new = model_drafter(self.target, model, spec)
-            if composite:
-                new = CompositeDrafter(NgramDrafter(), new)
+        new = build_drafter(
+            self.target,
+            spec,
+            resolve=resolve_model,
+            n_ctx=self.target.n_ctx,
+            n_threads=self.choice.threads,
+            gpu_layers=self.choice.draft_gpu_layers,
+        )
         self._close_drafter()
         self.drafter, self._draft_choice = new, choice
 
@@ -225,9 +220,8 @@ class LlamaChatEngine:
         )
 
     def _close_drafter(self) -> None:
-        model = getattr(self.drafter, "model", None)
-        if isinstance(model, LlamaModel):
-            model.close()
+        if self.drafter is not None and self.drafter.model is not None:
+            self.drafter.model.close()
 
     def close(self) -> None:
         """Free both models."""

@@ -20,13 +20,11 @@ from pathlib import Path
 
 from ..backend import DEFAULT_CTX, LlamaModel
 from ..chat_template import render_chat
-from ..drafting import Drafter, ModelDrafter
-from ..drafting.compat import check_compatible
-from ..drafting.ngram import NgramDrafter
+from ..drafting import Drafter, build_drafter
 from ..engine import generate, make_policy, stream_generate
-from ..errors import IncompatibleModelsError, InvalidParameterError, ModelLoadError
+from ..errors import InvalidParameterError
 from ..events import DoneEvent, RoundEvent
-from ..loading import NGRAM, load_pair, resolve_model
+from ..loading import load_pair, resolve_model
 from ..sampling import SamplingParams
 from . import llamacpp
 from .memory import peak_rss_mib, reset_peak_rss
@@ -69,43 +67,37 @@ class BenchSetup:
 class LoadedDrafter:
     """A drafter spec and what it needs: a fresh drafter per run, its model, its cost ratio.
 
-    ``ngram`` and a same-vocabulary model are built here around the benchmark's one
-    target; any other spec load_pair understands (e.g. a cross-vocabulary or
-    composite drafter) comes from load_pair, whose own target copy stays loaded.
+    Every drafter is built (``build_drafter``) around the benchmark's one target.
     """
 
-    def __init__(self, spec: str, drafter: Drafter | None, model: LlamaModel | None) -> None:
+    def __init__(self, spec: str, build: Callable[[], Drafter | None]) -> None:
         self.spec = spec
-        self.model = model
-        self._drafter = drafter  # None: a new NgramDrafter per run
+        self._build = build
+        self._drafter = self._built()
+        self.model = self._drafter.model
 
     @classmethod
     def load(cls, spec: str, target: LlamaModel, setup: BenchSetup) -> LoadedDrafter:
         """Load the drafter named by spec for target."""
-        if spec.lower() == NGRAM:
-            return cls(spec, None, None)
-        try:
-            path = resolve_model(spec)
-            model = LlamaModel(path, n_ctx=setup.n_ctx, n_threads=target.n_threads)
-        except ModelLoadError:
-            path = None
-        if path is not None:
-            try:
-                check_compatible(target, model)
-                return cls(spec, ModelDrafter(model), model)
-            except IncompatibleModelsError:
-                model.close()
-        _, drafter = load_pair(setup.target, spec, n_ctx=setup.n_ctx, n_threads=target.n_threads)
+
+        def build() -> Drafter | None:
+            return build_drafter(
+                target, spec, resolve=resolve_model, n_ctx=setup.n_ctx, n_threads=target.n_threads
+            )
+
+        return cls(spec, build)
+
+    def _built(self) -> Drafter:
+        drafter = self._build()
         if drafter is None:
-            raise InvalidParameterError(f"{spec!r} is not a drafter")
-        return cls(spec, drafter, getattr(drafter, "model", None))
+            raise InvalidParameterError(f"{self.spec!r} is not a drafter")
+        return drafter
 
     def fresh(self) -> Drafter:
         """The drafter, with no state from an earlier run."""
-        if self._drafter is None:
-            return NgramDrafter()
-        if self.model is not None:
-            self.model.reset()
+        if self.model is None:
+            return self._built()  # a lookup runs no model: a new one costs nothing
+        self.model.reset()
         return self._drafter
 
     def cost_ratio(self, target: LlamaModel) -> float:

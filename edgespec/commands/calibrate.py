@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
         draft_gpu_layers=args.draft_gpu_layers,
     )
     curves = {"target": load_or_measure(target, refresh=args.refresh)}
-    draft_model = getattr(drafter, "model", None)
+    draft_model = drafter.model if drafter is not None else None
     if draft_model is not None:
         curves["draft"] = load_or_measure(draft_model, max_k=2, refresh=args.refresh)
     if args.json:

@@ -8,6 +8,7 @@ from typing import Protocol
 
 import numpy as np
 
+from ..backend import LlamaModel
 from ..sampling import SamplingParams, TokenDist, greedy_tokens, process_logits
 
 # keep(i, p): is draft token i (1-based), whose draft probability with tokens 1..i-1
@@ -33,9 +34,26 @@ class Draft:
 
 
 class Drafter(Protocol):
-    """Anything that proposes continuations of a token context."""
+    """Anything that proposes continuations of a token context.
+
+    Besides ``name``, a drafter declares what it is: ``model`` and ``is_lookup``
+    (plain attributes will do).
+    """
 
     name: str
+
+    @property
+    def model(self) -> LlamaModel | None:
+        """The draft model the drafter runs, None if it runs none. Its owner closes it,
+        and the adaptive policy prices a draft step by it."""
+        ...
+
+    @property
+    def is_lookup(self) -> bool:
+        """True for a drafter whose proposals cost nothing (prompt lookup): with adaptive
+        gamma the engine asks it before gamma is chosen, so the policy can size gamma to
+        its match (and learn from it when it proposes nothing)."""
+        ...
 
     def prefill(self, context: Sequence[int]) -> None:
         """Process a new prompt ahead of the first proposal (may do nothing)."""

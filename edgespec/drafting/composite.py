@@ -22,11 +22,8 @@ class CompositeDrafter:
         self.first = first
         self.fallback = fallback
         self.name = f"{first.name}+{fallback.name}"
-
-    @property
-    def model(self) -> LlamaModel | None:
-        """The fallback's draft model, if it has one (so that its owner can close it)."""
-        return getattr(self.fallback, "model", None)
+        self.model: LlamaModel | None = fallback.model  # so that its owner can close it
+        self.is_lookup = first.is_lookup and fallback.is_lookup
 
     def prefill(self, context: Sequence[int]) -> None:
         """Prefill both drafters."""

@@ -116,6 +116,8 @@ class CrossVocabDrafter:
             greedy (the map is built on the first sampled proposal).
     """
 
+    is_lookup = False
+
     def __init__(
         self,
         target: LlamaModel,

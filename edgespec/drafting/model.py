@@ -18,6 +18,8 @@ class ModelDrafter:
     prefix and decodes only what is new (the catch-up after a fully accepted round).
     """
 
+    is_lookup = False
+
     def __init__(self, model: LlamaModel) -> None:
         self.model = model
         self.name = model.path.name

@@ -38,6 +38,8 @@ class NgramDrafter:
     """
 
     name = "ngram"
+    model = None  # runs no model
+    is_lookup = True  # a proposal costs a few dictionary look-ups
 
     def __init__(self, *, n_min: int = DEFAULT_NGRAM_MIN, n_max: int = DEFAULT_NGRAM_MAX) -> None:
         if not 1 <= n_min <= n_max:

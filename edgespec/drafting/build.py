@@ -1,0 +1,83 @@
+"""From a drafter spec (what --draft takes) to a drafter for an already-loaded target.
+
+A spec is ``none`` (or empty), ``ngram`` (prompt lookup), MODEL (a .gguf path or a
+catalog name) or ``ngram+MODEL`` (the lookup first, the model where it finds nothing).
+Where model files come from is the caller's ``resolve`` (``edgespec.loading.
+resolve_model``): drafting knows nothing of the model store, and loading, which
+imports this module, is never imported by it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..backend import LlamaModel
+from .base import Drafter
+from .compat import incompatibility
+from .composite import CompositeDrafter
+from .crossvocab import CrossVocabDrafter
+from .model import ModelDrafter
+from .ngram import NgramDrafter
+
+NO_DRAFT = ("none", "")
+NGRAM = "ngram"
+
+
+@dataclass(frozen=True)
+class DraftSpec:
+    """A drafter spec taken apart."""
+
+    ngram: bool  # prompt lookup (first, when there is a model too)
+    model: str | None  # the draft model: a .gguf path or a catalog name
+
+
+def parse_draft_spec(spec: str | None) -> DraftSpec:
+    """``spec`` (none, ngram, MODEL or ngram+MODEL; ``ngram`` in any case) taken apart."""
+    spec = (spec or "").strip()
+    lowered = spec.lower()
+    if lowered in NO_DRAFT:
+        return DraftSpec(ngram=False, model=None)
+    if lowered == NGRAM:
+        return DraftSpec(ngram=True, model=None)
+    if lowered.startswith(NGRAM + "+"):
+        return DraftSpec(ngram=True, model=spec[len(NGRAM) + 1 :].strip())
+    return DraftSpec(ngram=False, model=spec)
+
+
+def is_model_path(spec: str) -> bool:
+    """True when a model spec names a file rather than a catalog model."""
+    path = Path(spec).expanduser()
+    return path.suffix == ".gguf" or path.exists() or "/" in spec
+
+
+def build_drafter(
+    target: LlamaModel,
+    spec: str | None,
+    *,
+    resolve: Callable[[str], Path],
+    n_ctx: int,
+    n_threads: int | None = None,
+    gpu_layers: int = 0,
+) -> Drafter | None:
+    """The drafter ``spec`` names for ``target``; None for ``none``.
+
+    A draft model is loaded from ``resolve(MODEL)`` with the given context, threads
+    and GPU layers: a ModelDrafter when it shares the target's vocabulary (llama.cpp's
+    rule), else a CrossVocabDrafter named ``<MODEL> (cross-vocab)`` (the file name for
+    a path). Errors are resolve's and the backend's (ModelLoadError and kin).
+    """
+    parts = parse_draft_spec(spec)
+    if parts.model is None:
+        return NgramDrafter() if parts.ngram else None
+    draft = LlamaModel(
+        resolve(parts.model), n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=gpu_layers
+    )
+    drafter: Drafter
+    if incompatibility(target, draft) is None:
+        drafter = ModelDrafter(draft)
+    else:
+        shown = draft.path.name if is_model_path(parts.model) else parts.model
+        drafter = CrossVocabDrafter(target, draft, name=f"{shown} (cross-vocab)")
+    return CompositeDrafter(NgramDrafter(), drafter) if parts.ngram else drafter
