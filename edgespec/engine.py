@@ -21,6 +21,7 @@ from .drafting import CompositeDrafter, Draft, Drafter, KeepDrafting
 from .errors import ContextFullError, InvalidParameterError
 from .events import DoneEvent, Event, RoundEvent, Stats, StopReason, TokenEvent, TokenKind
 from .sampling import SamplingParams, TokenDist, greedy_tokens, process_logits
+from .stopping import StopSequenceMatcher
 from .verify import accept_greedy, accept_rejection
 
 DEFAULT_MAX_TOKENS = 256
@@ -123,119 +124,200 @@ def stream_generate(
     fixed_gamma = 0 if policy is not None or drafter is None else int(gamma)  # type: ignore[arg-type]
     if max_tokens < 0:
         raise InvalidParameterError(f"max-tokens must be >= 0, got {max_tokens}")
-    if isinstance(prompt, str):
-        prompt_tokens = target.tokenize(prompt, add_special=True, parse_special=True)
-    else:
-        prompt_tokens = list(prompt)
-    if not prompt_tokens:
-        raise InvalidParameterError("the prompt is empty")
-    if len(prompt_tokens) >= target.n_ctx:
-        raise ContextFullError(
-            f"the prompt has {len(prompt_tokens)} tokens; the context holds {target.n_ctx}"
-        )
+    prompt_tokens = _prompt_tokens(target, prompt)
     rng = np.random.default_rng(seed)
     t_start = time.perf_counter()
     cached = target.reuse_prefix(prompt_tokens)
     if len(prompt_tokens) - 1 > cached:
         target.decode(prompt_tokens[cached:-1], logits="none")
-    if drafter is not None and (policy is not None or fixed_gamma > 0):
+    planner = RoundPlanner(drafter, policy, fixed_gamma)
+    if drafter is not None and planner.drafts:
         drafter.prefill(prompt_tokens)
-    lookup, fallback = _split_lookup(drafter)
     stats = Stats(
         prompt_tokens=len(prompt_tokens),
         prompt_cached=cached,
         prompt_s=time.perf_counter() - t_start,
     )
-    context = list(prompt_tokens)
-    detok = Detokenizer(target.token_bytes)
-    streamed = 0  # characters of detok.text the TokenEvents have carried so far
-    out_tokens: list[int] = []
-    reason = StopReason.MAX_TOKENS
+    out = _Output(target, prompt_tokens, stop)
     rnd = 0
-    while len(out_tokens) < max_tokens:
-        room = target.n_ctx - len(context)
+    while out.reason is None and len(out.tokens) < max_tokens:
+        room = target.n_ctx - len(out.context)
         if room <= 0:
-            reason = StopReason.CONTEXT_FULL
+            out.reason = StopReason.CONTEXT_FULL
             break
         rnd += 1
         # never draft past max_tokens or the context (the round adds g + 1 tokens), and
         # verify in one llama_decode: at most n_batch rows
-        limit = max(0, min(max_tokens - len(out_tokens) - 1, room - 1, target.n_batch - 1))
-        proposal, looked_up, lookup_s, source = None, None, 0.0, drafter
-        if policy is not None and lookup is not None and limit > 0:
-            # a lookup costs nothing: ask it first, so that the policy sees how long
-            # its match is, and learns from the proposal even when it drafts nothing
-            t0 = time.perf_counter()
-            proposal = looked_up = lookup.propose(context, policy.max_gamma, sampling, rng)
-            lookup_s = time.perf_counter() - t0
-            if proposal.tokens or fallback is None:
-                # sized to the proposal: the policy picks among the batch sizes it timed
-                g = policy.choose(min(limit, len(proposal.tokens)), match_len=proposal.match_len)
-            else:  # no match: the composite's draft model proposes, once gamma is chosen
-                proposal, source = None, fallback
-                g = policy.choose(limit)
-        elif policy is not None:
-            g = policy.choose(limit)
-        else:
-            g = min(fixed_gamma, limit)
-        keep = policy.keep_drafting if policy is not None else None
-        res = speculative_step(target, source, context, g, sampling, rng, keep, proposal=proposal)
-        if policy is not None:
-            # only a draft model's time teaches the policy what a draft step costs
-            draft_s = 0.0 if proposal is not None else res.draft_s
-            policy.observe(len(res.draft), res.n_accepted, res.verify_s, draft_s)
-            if g == 0 and looked_up is not None:
-                # (also when the composite's model stood in: an earlier proposal being
-                # scored a token a round must move on with the text)
-                policy.observe_free(looked_up.tokens, res.next_token)
+        limit = max(0, min(max_tokens - len(out.tokens) - 1, room - 1, target.n_batch - 1))
+        plan = planner.plan(out.context, limit, sampling, rng)
+        res = speculative_step(
+            target, plan.source, out.context, plan.gamma, sampling, rng, plan.keep,
+            proposal=plan.proposal,
+        )  # fmt: skip
+        planner.observe(plan, res)
+        stats = _add_round(stats, res, rnd, plan.lookup_s)
+        yield from out.round_events(res, rnd)
+        stats = replace(stats, generated=len(out.tokens), wall_s=time.perf_counter() - t_start)
+        yield RoundEvent(rnd, len(res.draft), res.n_accepted, stats)
+    stats = replace(stats, generated=len(out.tokens), wall_s=time.perf_counter() - t_start)
+    yield out.done(stats)
+
+
+def _prompt_tokens(target: LlamaModel, prompt: str | Sequence[int]) -> list[int]:
+    """The prompt as tokens (text is tokenized with BOS and special tokens), checked."""
+    if isinstance(prompt, str):
+        tokens = target.tokenize(prompt, add_special=True, parse_special=True)
+    else:
+        tokens = list(prompt)
+    if not tokens:
+        raise InvalidParameterError("the prompt is empty")
+    if len(tokens) >= target.n_ctx:
+        raise ContextFullError(
+            f"the prompt has {len(tokens)} tokens; the context holds {target.n_ctx}"
+        )
+    return tokens
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """What one round drafts, chosen before it runs."""
+
+    gamma: int
+    source: Drafter | None  # the drafter speculative_step asks (None: plain decoding)
+    proposal: Draft | None = None  # made before gamma was chosen (a lookup's): verified as is
+    looked_up: Draft | None = None  # the lookup's proposal, also when source drafted instead
+    lookup_s: float = 0.0  # time the lookup took (drafting time in the statistics)
+    keep: KeepDrafting | None = None  # the adaptive policy's early stop for model drafters
+
+
+class RoundPlanner:
+    """Chooses each round's drafter and gamma, and lets the adaptive policy learn from it.
+
+    With a fixed gamma (policy None) every round drafts min(gamma, limit) tokens. With
+    the policy, a lookup drafter (or a composite's first drafter, a lookup) is asked
+    first, and gamma is chosen knowing its proposal; a composite's draft model
+    proposes only when the lookup has nothing.
+    """
+
+    def __init__(self, drafter: Drafter | None, policy: AdaptiveGamma | None, gamma: int) -> None:
+        self.drafter = drafter
+        self.policy = policy
+        self.gamma = gamma
+        self.lookup, self.fallback = _split_lookup(drafter)
+
+    @property
+    def drafts(self) -> bool:
+        """Whether any round may draft (the drafter then needs the prompt first)."""
+        return self.drafter is not None and (self.policy is not None or self.gamma > 0)
+
+    def plan(
+        self, context: list[int], limit: int, sampling: SamplingParams, rng: np.random.Generator
+    ) -> RoundPlan:
+        """The plan for a round that may draft up to limit tokens after context."""
+        policy = self.policy
+        if policy is None:
+            return RoundPlan(min(self.gamma, limit), self.drafter)
+        keep = policy.keep_drafting
+        if self.lookup is None or limit <= 0:
+            return RoundPlan(policy.choose(limit), self.drafter, keep=keep)
+        # a lookup costs nothing: ask it first, so that the policy sees how long
+        # its match is, and learns from the proposal even when it drafts nothing
+        t0 = time.perf_counter()
+        looked_up = self.lookup.propose(context, policy.max_gamma, sampling, rng)
+        lookup_s = time.perf_counter() - t0
+        if looked_up.tokens or self.fallback is None:
+            # sized to the proposal: the policy picks among the batch sizes it timed
+            g = policy.choose(min(limit, len(looked_up.tokens)), match_len=looked_up.match_len)
+            return RoundPlan(g, self.drafter, looked_up, looked_up, lookup_s, keep)
+        # no match: the composite's draft model proposes, once gamma is chosen
+        return RoundPlan(policy.choose(limit), self.fallback, None, looked_up, lookup_s, keep)
+
+    def observe(self, plan: RoundPlan, res: RoundResult) -> None:
+        """Teach the adaptive policy (if any) what the planned round cost and yielded."""
+        if self.policy is None:
+            return
+        # only a draft model's time teaches the policy what a draft step costs
+        draft_s = 0.0 if plan.proposal is not None else res.draft_s
+        self.policy.observe(len(res.draft), res.n_accepted, res.verify_s, draft_s)
+        if plan.gamma == 0 and plan.looked_up is not None:
+            # (also when the composite's model stood in: an earlier proposal being
+            # scored a token a round must move on with the text)
+            self.policy.observe_free(plan.looked_up.tokens, res.next_token)
+
+
+class _Output:
+    """The generated tokens and text, and how much of the text the TokenEvents carried."""
+
+    def __init__(self, target: LlamaModel, prompt_tokens: list[int], stop: Sequence[str]) -> None:
+        self.context = list(prompt_tokens)  # the prompt and the output: what rounds continue
+        self.tokens: list[int] = []
+        self.reason: StopReason | None = None  # set when generation ends before max_tokens
+        self._is_eog = target.is_eog
+        self._detok = Detokenizer(target.token_bytes)
+        self._stops = StopSequenceMatcher(stop)
+        self._streamed = 0  # characters of the text the TokenEvents have carried so far
+
+    def round_events(self, res: RoundResult, rnd: int) -> Iterator[TokenEvent]:
+        """A TokenEvent per token the round commits, the rejected draft token's before its
+        correction; ends early (setting reason) at end-of-generation or a stop string."""
         kept = [*res.draft[: res.n_accepted], res.next_token]
         kinds = [TokenKind.ACCEPTED] * res.n_accepted
         if res.n_accepted < len(res.draft):
             kinds.append(TokenKind.CORRECTION)
         else:
             kinds.append(TokenKind.BONUS if res.draft else TokenKind.PLAIN)
-        tried, hit = _position_counts(stats, len(res.draft), res.n_accepted)
-        stats = replace(
-            stats,
-            position_tried=tried,
-            position_accepted=hit,
-            drafted=stats.drafted + len(res.draft),
-            accepted=stats.accepted + res.n_accepted,
-            rounds=rnd,
-            target_calls=stats.target_calls + 1,
-            draft_calls=stats.draft_calls + res.draft_calls,
-            draft_s=stats.draft_s + res.draft_s + lookup_s,
-            verify_s=stats.verify_s + res.verify_s,
-        )
         for i, (tok, kind) in enumerate(zip(kept, kinds, strict=True)):
             if i == res.n_accepted and res.n_accepted < len(res.draft):
                 rejected = res.draft[res.n_accepted]
-                yield TokenEvent(TokenKind.REJECTED, rejected, detok.peek([rejected])[0], rnd)
-            if target.is_eog(tok):
-                reason = StopReason.EOG
-                break
-            context.append(tok)
-            out_tokens.append(tok)
-            piece = detok.push(tok)
-            hit = _find_stop(detok.text, stop, len(piece))
-            if hit is not None:
-                detok.text = detok.text[:hit]
-                reason = StopReason.STOP_STRING
+                yield TokenEvent(TokenKind.REJECTED, rejected, self._detok.peek([rejected])[0], rnd)
+            if self._is_eog(tok):
+                self.reason = StopReason.EOG
+                return
+            self.context.append(tok)
+            self.tokens.append(tok)
+            yield TokenEvent(kind, tok, self._push(tok), rnd)
+            if self.reason is not None:
+                return
+
+    def _push(self, tok: int) -> str:
+        """Commit tok; return the text that became safe to stream (maybe "")."""
+        piece = self._detok.push(tok)
+        cut = self._stops.find(self._detok.text, len(piece))
+        if cut is not None:
+            self._detok.text = self._detok.text[:cut]
+            self.reason = StopReason.STOP_STRING
+            end = cut
+        else:
             # text that may be the start of a stop string is held back until it is not,
             # or a stream would carry part of a stop string that the final text drops
-            end = len(detok.text) - (0 if hit is not None else _partial_stop(detok.text, stop))
-            yield TokenEvent(kind, tok, detok.text[streamed:end], rnd)
-            streamed = max(streamed, end)
-            if reason is not StopReason.MAX_TOKENS:
-                break
-        stats = replace(stats, generated=len(out_tokens), wall_s=time.perf_counter() - t_start)
-        yield RoundEvent(rnd, len(res.draft), res.n_accepted, stats)
-        if reason is not StopReason.MAX_TOKENS:
-            break
-    if reason is not StopReason.STOP_STRING:
-        detok.flush()
-    stats = replace(stats, generated=len(out_tokens), wall_s=time.perf_counter() - t_start)
-    yield DoneEvent(detok.text, tuple(out_tokens), reason, stats)
+            end = len(self._detok.text) - self._stops.held_back(self._detok.text)
+        text = self._detok.text[self._streamed : end]
+        self._streamed = max(self._streamed, end)
+        return text
+
+    def done(self, stats: Stats) -> DoneEvent:
+        """The final event: the whole text (with what was held back or is flushed now)."""
+        reason = self.reason or StopReason.MAX_TOKENS
+        if reason is not StopReason.STOP_STRING:
+            self._detok.flush()
+        return DoneEvent(self._detok.text, tuple(self.tokens), reason, stats)
+
+
+def _add_round(stats: Stats, res: RoundResult, rnd: int, lookup_s: float) -> Stats:
+    """stats with round rnd added (a lookup's time counts as drafting)."""
+    tried, hit = _position_counts(stats, len(res.draft), res.n_accepted)
+    return replace(
+        stats,
+        position_tried=tried,
+        position_accepted=hit,
+        drafted=stats.drafted + len(res.draft),
+        accepted=stats.accepted + res.n_accepted,
+        rounds=rnd,
+        target_calls=stats.target_calls + 1,
+        draft_calls=stats.draft_calls + res.draft_calls,
+        draft_s=stats.draft_s + res.draft_s + lookup_s,
+        verify_s=stats.verify_s + res.verify_s,
+    )
 
 
 def resolve_gamma(
@@ -275,29 +357,6 @@ def _position_counts(
         tried[i] += 1
         hit[i] += 1 if i < accepted else 0
     return tuple(tried), tuple(hit)
-
-
-def _partial_stop(text: str, stops: Sequence[str]) -> int:
-    """Length of the longest end of text that begins some stop string (0 if none)."""
-    best = 0
-    for s in stops:
-        for k in range(min(len(s) - 1, len(text)), best, -1):
-            if text.endswith(s[:k]):
-                best = k
-                break
-    return best
-
-
-def _find_stop(text: str, stops: Sequence[str], n_new: int) -> int | None:
-    """Index in text where a stop string starts, looking only at matches the new piece made."""
-    best = None
-    for s in stops:
-        if not s:
-            continue
-        i = text.find(s, max(0, len(text) - n_new - len(s) + 1))
-        if i >= 0 and (best is None or i < best):
-            best = i
-    return best
 
 
 def generate(target: LlamaModel, prompt: str | Sequence[int], **kwargs) -> DoneEvent:
