@@ -20,6 +20,7 @@ from .detok import Detokenizer
 from .drafting import CompositeDrafter, Draft, Drafter, KeepDrafting
 from .errors import ContextFullError, InvalidParameterError
 from .events import DoneEvent, Event, RoundEvent, Stats, StopReason, TokenEvent, TokenKind
+from .params import check_gamma, check_max_tokens
 from .sampling import SamplingParams, TokenDist, greedy_tokens, process_logits
 from .stopping import StopSequenceMatcher
 from .verify import accept_greedy, accept_rejection
@@ -122,8 +123,7 @@ def stream_generate(
     sampling = sampling or SamplingParams()
     policy = resolve_gamma(gamma, target, drafter)
     fixed_gamma = 0 if policy is not None or drafter is None else int(gamma)  # type: ignore[arg-type]
-    if max_tokens < 0:
-        raise InvalidParameterError(f"max-tokens must be >= 0, got {max_tokens}")
+    check_max_tokens(max_tokens)
     prompt_tokens = _prompt_tokens(target, prompt)
     rng = np.random.default_rng(seed)
     t_start = time.perf_counter()
@@ -331,8 +331,7 @@ def resolve_gamma(
         return gamma
     if gamma == "auto":
         return make_policy(target, drafter) if drafter is not None else None
-    if isinstance(gamma, str) or gamma < 0:
-        raise InvalidParameterError(f"gamma must be a whole number >= 0 or 'auto', got {gamma!r}")
+    check_gamma(gamma)
     return None
 
 

@@ -81,13 +81,13 @@ def _bad_files(tmp: Path, synthetic_models) -> dict[str, Path]:
         ("truncated", "cannot load truncated.gguf"),
         ("missing_draft", "model file not found"),
         ("long_prompt", "the context holds"),
-        ("gamma", "gamma must be >= 0"),
+        ("gamma", "gamma must be auto or a whole number >= 0, got -1"),
         ("temperature", "temperature must be >= 0"),
         ("top_p", "top-p must be in (0, 1]"),
         ("top_p_zero", "top-p must be in (0, 1]"),
         ("prompt_file", "cannot read prompt file"),
-        ("not_a_number", "invalid int value"),
-        ("seed", "seed must be a whole number >= 0, got '-1'"),
+        ("not_a_number", "max-tokens must be a whole number >= 0, got 'many'"),
+        ("seed", "seed must be a whole number >= 0, got -1"),
     ],
 )
 def test_errors_are_one_line(tmp_path, synthetic_models, case: str, message: str) -> None:

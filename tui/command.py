@@ -12,7 +12,7 @@ from edgespec.commands.options import (
     add_sampling_options,
 )
 from edgespec.drafting.build import parse_draft_spec
-from edgespec.errors import EdgespecError, InvalidParameterError
+from edgespec.errors import EdgespecError
 from edgespec.loading import resolve_model
 
 from .session import GenerationSettings, LlamaChatEngine, ModelChoice
@@ -34,7 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> GenerationSettings:
-    """GenerationSettings from the parsed options (InvalidParameterError when out of range)."""
+    """GenerationSettings from the parsed options (InvalidParameterError when out of range).
+
+    gamma, max-tokens and seed were checked by their option types while parsing.
+    """
     settings = GenerationSettings(
         gamma=args.gamma,
         temperature=args.temperature,
@@ -45,10 +48,6 @@ def settings_from_args(args: argparse.Namespace) -> GenerationSettings:
         seed=args.seed,
     )
     settings.sampling()  # validates temperature, top-k, top-p, min-p
-    if isinstance(settings.gamma, int) and settings.gamma < 0:
-        raise InvalidParameterError(f"gamma must be >= 0, got {settings.gamma}")
-    if settings.max_tokens < 0:
-        raise InvalidParameterError(f"max-tokens must be >= 0, got {settings.max_tokens}")
     return settings
 
 

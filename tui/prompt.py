@@ -1,29 +1,17 @@
 """Turning a conversation into prompt text: the target's chat template, or plain completion.
 
-Chat templates are rendered with jinja2 the way Hugging Face transformers and
-llama.cpp do: a sandboxed environment with ``trim_blocks`` and ``lstrip_blocks``,
-variables ``messages``, ``add_generation_prompt``, ``bos_token`` and ``eos_token``,
-and the helpers ``raise_exception`` and ``strftime_now``.
-
-A model without a chat template (a base model) gets *completion mode*: the
-conversation is one growing document that the model continues.
+Chat templates are rendered by edgespec's one renderer (``edgespec.chat_template``);
+what is the app's own is the conversation type and *completion mode*: a model
+without a chat template (a base model) sees the conversation as one growing
+document that it continues.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from functools import cached_property
 
-import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-from edgespec.errors import EdgespecError
-
-
-class ChatTemplateError(EdgespecError):
-    """The model's chat template failed to render this conversation."""
+from edgespec.chat_template import ChatFormat
 
 
 @dataclass(frozen=True)
@@ -34,65 +22,32 @@ class ChatMessage:
     content: str
 
 
-def _raise_exception(message: str) -> None:
-    raise ChatTemplateError(f"the chat template refused the conversation: {message}")
-
-
-def _strftime_now(fmt: str) -> str:
-    return datetime.now().strftime(fmt)
-
-
 @dataclass(frozen=True)
 class PromptFormat:
     """How a conversation becomes text for one target model.
 
     Args:
-        template: the Jinja chat template from the model's GGUF metadata, or None
-            for a base model (completion mode).
-        bos_token: text of the model's BOS token (templates often start with it).
-        eos_token: text of the model's EOS token.
+        chat: the model's chat template and special-token texts, or None for a
+            base model (completion mode).
     """
 
-    template: str | None
-    bos_token: str = ""
-    eos_token: str = ""
+    chat: ChatFormat | None = None
 
     @property
     def chat_mode(self) -> bool:
         """True when the model has a chat template; False means completion mode."""
-        return self.template is not None
-
-    @cached_property
-    def _compiled(self) -> jinja2.Template:
-        env = ImmutableSandboxedEnvironment(
-            loader=jinja2.BaseLoader(), trim_blocks=True, lstrip_blocks=True
-        )
-        env.globals["raise_exception"] = _raise_exception
-        env.globals["strftime_now"] = _strftime_now
-        try:
-            return env.from_string(self.template or "")
-        except jinja2.TemplateError as e:
-            raise ChatTemplateError(f"the model's chat template does not parse: {e}") from None
+        return self.chat is not None
 
     def render(self, messages: Sequence[ChatMessage]) -> str:
-        """The prompt text for messages, ending where the assistant's reply begins."""
-        if not self.chat_mode:
-            return completion_text(messages)
-        try:
-            return self._compiled.render(
-                messages=[{"role": m.role, "content": m.content} for m in messages],
-                add_generation_prompt=True,
-                bos_token=self.bos_token,
-                eos_token=self.eos_token,
-            )
-        except ChatTemplateError:
-            raise
-        except jinja2.TemplateError as e:
-            raise ChatTemplateError(f"the chat template failed: {e}") from None
+        """The prompt text for messages, ending where the assistant's reply begins.
 
-    def starts_with_bos(self, text: str) -> bool:
-        """True when rendered text already begins with the BOS token's text."""
-        return bool(self.bos_token) and text.startswith(self.bos_token)
+        Chat text is meant to be tokenized with BOS added and special tokens parsed
+        (see ChatFormat.render); completion text with BOS added and no specials.
+        Raises edgespec's ChatTemplateError when the template refuses the messages.
+        """
+        if self.chat is None:
+            return completion_text(messages)
+        return self.chat.render([{"role": m.role, "content": m.content} for m in messages])
 
 
 def completion_text(messages: Sequence[ChatMessage]) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from edgespec.backend import LlamaModel
+from edgespec.chat_template import ChatFormat
 from edgespec.drafting import Drafter, build_drafter
 from edgespec.drafting.build import NGRAM, parse_draft_spec
 from edgespec.engine import DEFAULT_GAMMA, DEFAULT_MAX_TOKENS, stream_generate
@@ -119,12 +120,8 @@ class LlamaChatEngine:
         self.target = target
         self.drafter = drafter
         self._draft_choice = "none" if drafter is None else display_name(choice.draft or SELF_DRAFT)
-        vocab = target.vocab_info()
-        self.format = PromptFormat(
-            template=target.chat_template(),
-            bos_token=target.token_bytes(vocab.bos, special=True).decode("utf-8", "replace"),
-            eos_token=target.token_bytes(vocab.eos, special=True).decode("utf-8", "replace"),
-        )
+        template = target.chat_template()
+        self.format = PromptFormat(ChatFormat.of(target, template) if template else None)
 
     @classmethod
     def load(cls, choice: ModelChoice) -> LlamaChatEngine:
@@ -200,10 +197,8 @@ class LlamaChatEngine:
     def prompt_tokens(self, messages: Sequence[ChatMessage]) -> list[int]:
         """The conversation as target token ids, ready for the assistant's reply."""
         text = self.format.render(messages)
-        if self.format.chat_mode:
-            add_bos = not self.format.starts_with_bos(text)
-            return self.target.tokenize(text, add_special=add_bos, parse_special=True)
-        return self.target.tokenize(text, add_special=True, parse_special=False)
+        # a chat template writes special tokens as text; a base model's document has none
+        return self.target.tokenize(text, add_special=True, parse_special=self.format.chat_mode)
 
     def stream_reply(
         self, messages: Sequence[ChatMessage], settings: GenerationSettings

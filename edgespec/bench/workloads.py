@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..errors import InvalidParameterError
+from ..params import check_max_tokens
 
 WORKLOAD_DIR = "workloads"
 
@@ -52,10 +53,7 @@ def parse_workload(text: str, *, default_name: str = "") -> Workload:
     bad = f"bad field in workload {name!r}:"
     if not _is_number(temperature) or not 0.0 <= temperature < math.inf:
         raise InvalidParameterError(f"{bad} temperature must be a number >= 0, got {temperature!r}")
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise InvalidParameterError(
-            f"{bad} max_tokens must be a whole number >= 1, got {max_tokens!r}"
-        )
+    check_max_tokens(max_tokens, minimum=1, name=f"{bad} max_tokens")
     if not isinstance(chat, bool):
         raise InvalidParameterError(f"{bad} chat must be true or false, got {chat!r}")
     return Workload(

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 from ..errors import InvalidParameterError
 from ..files import replace_file
-from .options import DEFAULT_TARGET, parse_gamma
+from ..params import check_gamma, check_max_tokens
+from .options import DEFAULT_TARGET, cli_type, cli_value
 
 if TYPE_CHECKING:
     from ..bench.runner import BenchSetup
@@ -49,7 +50,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--gammas", default=None, help=f"per drafter: auto and a fixed sweep ({DEFAULT_GAMMAS})"
     )
     p.add_argument("--reps", type=int, default=None, help=f"repetitions ({DEFAULT_REPS})")
-    p.add_argument("--max-tokens", type=int, default=None, help="override each workload's")
+    p.add_argument(
+        "--max-tokens",
+        type=cli_type(check_max_tokens, minimum=1),
+        default=None,
+        help="override each workload's",
+    )
     p.add_argument(
         "--threads", type=int, default=None, help="CPU threads (0: all cores, the default)"
     )
@@ -96,12 +102,7 @@ def _ints(text: str, what: str) -> list[int]:
 def _gammas(text: str) -> list[int | str]:
     out: list[int | str] = []
     for item in (s.strip() for s in text.split(",")):
-        try:
-            g = parse_gamma(item)
-        except argparse.ArgumentTypeError as e:
-            raise InvalidParameterError(str(e)) from None
-        if g != "auto" and int(g) < 1:
-            raise InvalidParameterError("fixed gammas must be >= 1 (plain runs anyway)")
+        g = check_gamma(cli_value(item), minimum=1)  # plain decoding runs anyway
         if g not in out:
             out.append(g)
     return out
@@ -120,8 +121,6 @@ def run(args: argparse.Namespace) -> int:
     max_tokens = args.max_tokens if args.max_tokens is not None else quick.get("max_tokens")
     if reps < 1:
         raise InvalidParameterError(f"reps must be >= 1, got {reps}")
-    if max_tokens is not None and max_tokens < 1:
-        raise InvalidParameterError(f"max-tokens must be >= 1, got {max_tokens}")
     gammas = _gammas(args.gammas or quick.get("gammas", DEFAULT_GAMMAS))
     lengths = _ints(
         args.llama_draft_lengths or quick.get("llama_draft_lengths", DEFAULT_LLAMA_LENGTHS),

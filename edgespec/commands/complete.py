@@ -17,7 +17,14 @@ from ..completion.session import (
     load_session,
 )
 from ..errors import InvalidParameterError
-from .options import AUTO_DRAFT_HELP, add_model_options, add_sampling_options, sampling_from_args
+from ..params import check_whole
+from .options import (
+    AUTO_DRAFT_HELP,
+    add_model_options,
+    add_sampling_options,
+    cli_type,
+    sampling_from_args,
+)
 
 DEFAULT_COMPLETE_TOKENS = 128
 
@@ -40,13 +47,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--col", type=int, required=True, help="cursor column (1-based)")
     p.add_argument(
         "--max-lines",
-        type=int,
+        type=cli_type(check_whole, name="max-lines"),
         default=DEFAULT_MAX_LINES,
         help=f"most lines to complete (default {DEFAULT_MAX_LINES}; 0: no limit)",
     )
     p.add_argument(
         "--min-indent",
-        type=int,
+        type=cli_type(check_whole, name="min-indent"),
         default=None,
         help="end before a line indented less than this (default: the cursor line's "
         "indentation, so a completion stays in its block; 0: no limit)",
@@ -59,12 +66,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the completion (streamed), or one JSON object with --json."""
     sampling = sampling_from_args(args)
-    if args.max_tokens < 0:
-        raise InvalidParameterError(f"max-tokens must be >= 0, got {args.max_tokens}")
-    if args.max_lines < 0:
-        raise InvalidParameterError(f"max-lines must be >= 0, got {args.max_lines}")
-    if args.min_indent is not None and args.min_indent < 0:
-        raise InvalidParameterError(f"min-indent must be >= 0, got {args.min_indent}")
     try:
         text = args.file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:

@@ -45,10 +45,6 @@ def _read_prompt(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     """Run generate; stream text to stdout, or print one JSON object with --json."""
     sampling = sampling_from_args(args)
-    if args.gamma != "auto" and args.gamma < 0:
-        raise InvalidParameterError(f"gamma must be >= 0, got {args.gamma}")
-    if args.max_tokens < 0:
-        raise InvalidParameterError(f"max-tokens must be >= 0, got {args.max_tokens}")
     prompt = _read_prompt(args)
     target, drafter = load_pair(
         args.target,

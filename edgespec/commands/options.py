@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ..engine import DEFAULT_GAMMA, DEFAULT_MAX_TOKENS
+from ..errors import InvalidParameterError
+from ..params import check_gamma, check_max_tokens, check_seed
 from ..sampling import (
     DEFAULT_MIN_P,
     DEFAULT_TEMPERATURE,
@@ -16,6 +20,8 @@ from ..sampling import (
 DEFAULT_TARGET = "gemma-3-270m"  # base model: completion and code
 DEFAULT_CHAT_TARGET = "smollm2-135m-instruct"  # the embedded model with a chat template
 DEFAULT_DRAFT = "ngram"  # no second vocabulary-compatible model installs offline
+
+T = TypeVar("T")
 
 
 DRAFT_HELP = (
@@ -49,7 +55,7 @@ def add_model_options(
 
 def add_sampling_options(p: argparse.ArgumentParser) -> None:
     """Sampling and speculation knobs."""
-    p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
+    p.add_argument("--max-tokens", type=parse_max_tokens, default=DEFAULT_MAX_TOKENS)
     p.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE, help="0 = greedy")
     p.add_argument("--top-k", type=int, default=DEFAULT_TOP_K, help="0 disables")
     p.add_argument("--top-p", type=float, default=DEFAULT_TOP_P)
@@ -63,27 +69,35 @@ def add_sampling_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def parse_seed(text: str) -> int:
-    """A whole number >= 0 (numpy's generators take no negative seed)."""
-    try:
-        seed = int(text)
-    except ValueError:
-        seed = -1
-    if seed < 0:
-        raise argparse.ArgumentTypeError(f"seed must be a whole number >= 0, got {text!r}")
-    return seed
+def cli_type(check: Callable[..., T], **limits: Any) -> Callable[[str], T]:
+    """An argparse ``type=`` built on a validator of edgespec.params.
+
+    The option's text is checked as a whole number where it is one (else as it
+    is, e.g. "auto"); a refusal is argparse's one-line usage error, in the
+    validator's words.
+    """
+
+    def parse(text: str) -> T:
+        try:
+            return check(cli_value(text), **limits)
+        except InvalidParameterError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    parse.__name__ = check.__name__.removeprefix("check_")
+    return parse
 
 
-def parse_gamma(text: str) -> int | str:
-    """``auto`` or a whole number (range-checked later, with edgespec's own message)."""
-    if text == "auto":
-        return text
+def cli_value(text: str) -> int | str:
+    """An option's text as an int when it is a whole number, else the text itself."""
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"gamma must be a whole number or auto, got {text!r}"
-        ) from None
+        return text
+
+
+parse_seed = cli_type(check_seed)
+parse_gamma = cli_type(check_gamma)
+parse_max_tokens = cli_type(check_max_tokens)
 
 
 def sampling_from_args(args: argparse.Namespace) -> SamplingParams:

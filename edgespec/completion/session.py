@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 
 from ..adaptive import AdaptiveGamma
 from ..backend import LlamaModel
-from ..chat_template import CHATML, render_chat
+from ..chat_template import CHATML, ChatFormat
 from ..drafting import Drafter
 from ..engine import DEFAULT_GAMMA, make_policy, stream_generate
 from ..errors import ContextFullError, InvalidParameterError
 from ..events import DoneEvent, RoundEvent, Stats, StopReason, TokenEvent, TokenKind
 from ..loading import load_pair
+from ..params import check_gamma
 from ..sampling import SamplingParams
 from .codestop import CodeStop
 from .fim import ExtraChunk, FimPrompt, build_fim_prompt, fim_stop_tokens
@@ -101,10 +102,9 @@ class CompletionSession:
         self.fim = target.fim_tokens()
         self.stop_tokens = fim_stop_tokens(self.fim)
         self.chat_template = target.chat_template()
+        self.chat_format = ChatFormat.of(target, self.chat_template or CHATML)
         info = target.vocab_info()
         self._bos = info.bos if info.add_bos and info.bos >= 0 else None
-        self._bos_text = target.token_text(info.bos) if info.bos >= 0 else ""
-        self._eos_text = target.token_text(info.eos) if info.eos >= 0 else ""
 
     @property
     def has_fim(self) -> bool:
@@ -158,16 +158,7 @@ class CompletionSession:
 
     def chat_prompt(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
         """The model's chat template (ChatML without one) applied to messages, tokenized."""
-        text = render_chat(
-            self.chat_template or CHATML,
-            messages,
-            bos_token=self._bos_text,
-            eos_token=self._eos_text,
-        )
-        tokens = self.text_prompt(text)
-        if self._bos is not None and tokens[:2] == [self._bos, self._bos]:
-            tokens = tokens[1:]  # the template wrote BOS itself
-        return tokens
+        return self.text_prompt(self.chat_format.render(messages))
 
     def _gamma(self) -> int | str | AdaptiveGamma:
         """The gamma for one request: the session's adaptive policy, or the fixed gamma.
@@ -290,8 +281,7 @@ def load_session(
     """
     if draft is not None and draft.lower() == AUTO:
         draft, gamma = "ngram", AUTO
-    if isinstance(gamma, int) and gamma < 0:
-        raise InvalidParameterError(f"gamma must be >= 0 or auto, got {gamma}")
+    gamma = check_gamma(gamma)
     model, drafter = load_pair(
         target,
         draft,

@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ..completion.fim import ExtraChunk
 from ..engine import DEFAULT_MAX_TOKENS
+from ..errors import InvalidParameterError
+from ..params import check_max_tokens, check_whole
 from ..sampling import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingParams
 from .errors import ApiError, bad_request
 
 MAX_STOP_STRINGS = 16
 UNLIMITED = 1 << 30  # max_tokens meaning "up to the context"; the session caps it
+
+T = TypeVar("T")
 
 
 def parse_json(raw: bytes) -> dict[str, Any]:
@@ -54,15 +58,25 @@ class Fields:
         """The value as sent (None when absent or null)."""
         return self.data.get(name)
 
+    def checked(self, name: str, default: T, check: Callable[..., T], **limits: Any) -> T:
+        """A field checked by a validator of edgespec.params (its refusal is the 400)."""
+        v = self.data.get(name)
+        if v is None:
+            return default
+        try:
+            return check(v, name=f"'{self.prefix}{name}'", **limits)
+        except InvalidParameterError as e:
+            raise bad_request(str(e), param=self.prefix + name, code="invalid_value") from None
+
     def integer(self, name: str, default: int | None, *, minimum: int | None = None) -> int | None:
-        """An integer field (booleans and floats refused)."""
+        """An integer field (booleans and floats refused), at least minimum when given."""
+        if minimum is not None:
+            return self.checked(name, default, check_whole, minimum=minimum)
         v = self.data.get(name)
         if v is None:
             return default
         if isinstance(v, bool) or not isinstance(v, int):
             raise self._bad(name, "must be an integer")
-        if minimum is not None and v < minimum:
-            raise self._bad(name, f"must be >= {minimum}, got {v}")
         return v
 
     def number(
@@ -213,8 +227,7 @@ def _max_lines(f: Fields, default: int | None) -> int | None:
 def parse_completions(data: dict[str, Any], default_max_lines: int | None) -> CompletionsCall:
     """Check a /v1/completions body."""
     f = Fields(data)
-    max_tokens = f.integer("max_tokens", DEFAULT_MAX_TOKENS, minimum=0)
-    assert max_tokens is not None
+    max_tokens = f.checked("max_tokens", DEFAULT_MAX_TOKENS, check_max_tokens)
     if f.boolean("echo", False):
         raise bad_request("echo is not supported", param="echo", code="unsupported_value")
     prompt = data.get("prompt")
@@ -239,10 +252,9 @@ def parse_completions(data: dict[str, Any], default_max_lines: int | None) -> Co
 def parse_chat(data: dict[str, Any]) -> ChatCall:
     """Check a /v1/chat/completions body."""
     f = Fields(data)
-    max_tokens = f.integer("max_completion_tokens", None, minimum=0)
+    max_tokens = f.checked("max_completion_tokens", None, check_max_tokens)
     if max_tokens is None:
-        max_tokens = f.integer("max_tokens", DEFAULT_MAX_TOKENS, minimum=0)
-    assert max_tokens is not None
+        max_tokens = f.checked("max_tokens", DEFAULT_MAX_TOKENS, check_max_tokens)
     messages = data.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad_request("'messages' must be a non-empty list", param="messages")
@@ -276,9 +288,9 @@ def _content(mf: Fields, content: Any) -> str:
 def parse_infill(data: dict[str, Any], default_max_lines: int | None) -> InfillCall:
     """Check a /infill body (llama.cpp server's fields)."""
     f = Fields(data)
-    n_predict = f.integer("n_predict", None, minimum=-1)
+    n_predict = f.checked("n_predict", None, check_max_tokens, minimum=-1)  # -1: no limit
     if n_predict is None:
-        n_predict = f.integer("max_tokens", -1, minimum=-1)
+        n_predict = f.checked("max_tokens", -1, check_max_tokens, minimum=-1)
     extra = data.get("input_extra")
     chunks = []
     if extra is not None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from edgespec_tui.prompt import ChatMessage, PromptFormat
 from edgespec_tui.session import EngineInfo, GenerationSettings
 
+from edgespec.chat_template import ChatFormat
 from edgespec.errors import ContextFullError, EdgespecError
 from edgespec.events import DoneEvent, Event, RoundEvent, Stats, StopReason, TokenEvent, TokenKind
 
@@ -85,8 +86,10 @@ class FakeEngine:
     paused: threading.Event = field(default_factory=threading.Event)
     format: PromptFormat = field(
         default_factory=lambda: PromptFormat(
-            "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"
-            "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+            ChatFormat(
+                "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"
+                "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+            )
         )
     )
 

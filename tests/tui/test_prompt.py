@@ -1,9 +1,12 @@
-"""Chat templates rendered as HF/llama.cpp do, and completion mode."""
+"""Chat templates rendered as HF/llama.cpp do (by edgespec's renderer), and completion mode."""
 
 from __future__ import annotations
 
 import pytest
-from edgespec_tui.prompt import ChatMessage, ChatTemplateError, PromptFormat, completion_text
+from edgespec_tui.prompt import ChatMessage, PromptFormat, completion_text
+
+from edgespec.chat_template import ChatFormat, ChatTemplateError
+from edgespec.errors import EdgespecError
 
 CHATML = (
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
@@ -22,7 +25,7 @@ GEMMA_LIKE = (
 
 
 def test_chatml_with_generation_prompt() -> None:
-    fmt = PromptFormat(CHATML, "<|im_start|>", "<|im_end|>")
+    fmt = PromptFormat(ChatFormat(CHATML, "<|im_start|>", "<|im_end|>"))
     text = fmt.render(
         [ChatMessage("user", "Hi"), ChatMessage("assistant", "Yo"), ChatMessage("user", "Again")]
     )
@@ -31,26 +34,29 @@ def test_chatml_with_generation_prompt() -> None:
         "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nYo<|im_end|>\n"
         "<|im_start|>user\nAgain<|im_end|>\n<|im_start|>assistant\n"
     )
-    assert fmt.chat_mode and not fmt.starts_with_bos("<|im_end|>")
+    assert fmt.chat_mode
 
 
 def test_bos_token_and_raise_exception() -> None:
-    fmt = PromptFormat(GEMMA_LIKE, "<bos>", "<eos>")
-    text = fmt.render([ChatMessage("user", " Hi ")])
-    assert text == "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"
-    assert fmt.starts_with_bos(text)
+    turn = "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"
+    fmt = PromptFormat(ChatFormat(GEMMA_LIKE, "<bos>", "<eos>"))
+    assert fmt.render([ChatMessage("user", " Hi ")]) == "<bos>" + turn
+    # a tokenizer that adds BOS itself: the template's BOS text goes, so the prompt has one
+    adds_bos = PromptFormat(ChatFormat(GEMMA_LIKE, "<bos>", "<eos>", add_bos=True))
+    assert adds_bos.render([ChatMessage("user", " Hi ")]) == turn
     with pytest.raises(ChatTemplateError, match="alternate"):
         fmt.render([ChatMessage("assistant", "first")])
 
 
 def test_broken_template_is_an_edgespec_error() -> None:
-    with pytest.raises(ChatTemplateError):
-        PromptFormat("{% for x in %}").render([ChatMessage("user", "Hi")])
+    with pytest.raises(ChatTemplateError, match="does not parse") as e:
+        PromptFormat(ChatFormat("{% for x in %}")).render([ChatMessage("user", "Hi")])
+    assert isinstance(e.value, EdgespecError)
 
 
 def test_completion_mode_is_one_document() -> None:
     fmt = PromptFormat(None)
-    assert not fmt.chat_mode
+    assert not fmt.chat_mode and not PromptFormat().chat_mode
     msgs = [
         ChatMessage("user", "Once upon a time"),
         ChatMessage("assistant", " there was a sea."),
