@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from edgespec.backend import VocabInfo
 from edgespec.bench import llamacpp
 from edgespec.bench.chart import chart_series
 from edgespec.bench.report import build_report, finish, goals_table, summary_table, text_report
@@ -429,13 +430,19 @@ def test_parse_workload_fields() -> None:
 
 
 class _TemplateOnly:
-    """A stand-in target that has a chat template and nothing else."""
+    """A stand-in target with a chat template and a BOS token ``<s>`` its tokenizer adds."""
 
     def __init__(self, template: str | None) -> None:
         self.template = template
 
     def chat_template(self) -> str | None:
         return self.template
+
+    def vocab_info(self) -> VocabInfo:
+        return VocabInfo(vocab_type=1, n_vocab=3, add_bos=True, bos=1, add_eos=False, eos=2)
+
+    def token_bytes(self, token: int, *, special: bool = False) -> bytes:
+        return {1: b"<s>", 2: b"</s>"}[token]
 
 
 CHAT_WORKLOAD = TINY_WORKLOAD.replace('"tiny"', '"talk"') + "chat = true\n"
@@ -445,6 +452,9 @@ def test_render_workload_uses_the_chat_template_renderer() -> None:
     w = parse_workload(CHAT_WORKLOAD)
     dated = render_workload(_TemplateOnly("{{ strftime_now('%Y') }}|{{ messages[0].content }}"), w)
     assert dated.prompt == f"{time.strftime('%Y')}|{w.prompt}" and not dated.chat
+    # the one BOS rule: the tokenizer adds BOS, so the template's leading BOS text goes
+    bos_first = _TemplateOnly("{{ bos_token }}{{ messages[0].content }}{{ eos_token }}")
+    assert render_workload(bos_first, w).prompt == f"{w.prompt}</s>"
     assert render_workload(_TemplateOnly(None), w).prompt == w.prompt  # no template: as is
     plain = parse_workload(TINY_WORKLOAD)
     assert render_workload(_TemplateOnly(CHATML), plain) is plain

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..backend import DEFAULT_CTX, LlamaModel
-from ..chat_template import render_chat
+from ..chat_template import ChatFormat
 from ..drafting import Drafter, build_drafter
 from ..engine import generate, make_policy, stream_generate
 from ..errors import InvalidParameterError
@@ -227,8 +227,8 @@ def render_workload(target: LlamaModel, w: Workload) -> Workload:
     if not template:
         return w
     messages = [{"role": "user", "content": w.prompt}]
-    # no BOS in the text: tokenizing adds it, here and in llama.cpp's binaries
-    return replace(w, prompt=render_chat(template, messages, bos_token=""), chat=False)
+    prompt = ChatFormat.of(target, template).render(messages)
+    return replace(w, prompt=prompt, chat=False)
 
 
 def measure_depth_ceiling(target: LlamaModel, w: Workload, max_tokens: int) -> dict:
