@@ -53,15 +53,24 @@ class StoredMessage:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> StoredMessage:
         """Build from a decoded JSON object (ValueError if malformed)."""
+        if not isinstance(d, dict):
+            raise ValueError("a message must be a JSON object")
         if not isinstance(d.get("role"), str) or not isinstance(d.get("content"), str):
             raise ValueError("a message needs string role and content")
         segs = d.get("segments")
+        if segs is not None and not (
+            isinstance(segs, list) and all(isinstance(s, list) and len(s) == 2 for s in segs)
+        ):
+            raise ValueError("a message's segments must be [kind, text] pairs")
+        stats = d.get("stats")
+        if stats is not None and not isinstance(stats, dict):
+            raise ValueError("a message's stats must be a JSON object")
         return cls(
             role=d["role"],
             content=d["content"],
             segments=[(str(k), str(t)) for k, t in segs] if segs else None,
             stopped=bool(d.get("stopped", False)),
-            stats=d.get("stats"),
+            stats=stats,
         )
 
 
@@ -89,6 +98,11 @@ class Conversation:
         """Build from a decoded JSON object (ValueError if malformed)."""
         if not isinstance(d, dict) or not isinstance(d.get("id"), str):
             raise ValueError("not a conversation")
+        messages = d.get("messages", [])
+        if not isinstance(messages, list):
+            raise ValueError("a conversation's messages must be a list")
+        if d.get("draft") is not None and not isinstance(d["draft"], str):
+            raise ValueError("a conversation's draft must be a string")
         return cls(
             id=d["id"],
             title=str(d.get("title", "")),
@@ -97,7 +111,7 @@ class Conversation:
             target=str(d.get("target", "")),
             draft=d.get("draft"),
             mode=str(d.get("mode", "chat")),
-            messages=[StoredMessage.from_json(m) for m in d.get("messages", [])],
+            messages=[StoredMessage.from_json(m) for m in messages],
         )
 
     def default_title(self) -> str:
@@ -146,17 +160,29 @@ class ConversationStore:
     def load(self, conv_id: str) -> Conversation:
         """Read one conversation (OSError or ValueError if missing or malformed)."""
         with open(self.path(conv_id), encoding="utf-8") as f:
-            return Conversation.from_json(json.load(f))
+            text = f.read()
+        try:
+            data = json.loads(text)
+        except RecursionError:  # json.loads recurses once per level of nesting
+            raise ValueError("nested too deeply to be a conversation") from None
+        return Conversation.from_json(data)
 
-    def list(self) -> list[Conversation]:
-        """Every readable conversation, most recently updated first (bad files skipped)."""
-        out = []
+    def scan(self) -> tuple[list[Conversation], int]:
+        """Every readable conversation, most recently updated first, and how many were not.
+
+        A file that cannot be read or is not a conversation is skipped and counted.
+        """
+        out, skipped = [], 0
         for p in self.dir.glob("*.json") if self.dir.is_dir() else ():
             try:
                 out.append(self.load(p.stem))
             except (OSError, ValueError):
-                continue
-        return sorted(out, key=lambda c: (c.updated, c.id), reverse=True)
+                skipped += 1
+        return sorted(out, key=lambda c: (c.updated, c.id), reverse=True), skipped
+
+    def list(self) -> list[Conversation]:
+        """Every readable conversation, most recently updated first (bad files skipped)."""
+        return self.scan()[0]
 
     def delete(self, conv_id: str) -> None:
         """Remove a conversation (no error if it is already gone)."""

@@ -281,3 +281,31 @@ async def test_quit_while_streaming_stops_the_engine(app_with) -> None:
     assert await asyncio.to_thread(engine.closed.wait, 30)
     assert engine.closed_streams == 1
     assert engine.yielded <= 3  # not the whole script
+
+
+async def test_open_lists_good_conversations_and_skips_malformed_ones(app_with, data_dir) -> None:
+    from edgespec_tui.store import Conversation, StoredMessage
+    from textual.widgets import OptionList
+
+    from tests.tui.test_store import WRONG_SHAPES, write_wrong_shapes
+
+    store = ConversationStore(data_dir)
+    good = Conversation(messages=[StoredMessage("user", "Still here")])
+    store.save(good)
+    write_wrong_shapes(store)
+    app = app_with(FakeEngine())
+    async with app.run_test() as pilot:
+        await settle(pilot)
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        assert isinstance(app.screen, ConversationsScreen)
+        listed = app.screen.query_one(OptionList)
+        assert [listed.get_option_at_index(i).id for i in range(listed.option_count)] == [good.id]
+        notes = [n.message for n in app._notifications]
+        assert sum("skipped" in n for n in notes) == 1
+        assert any(f"{len(WRONG_SHAPES)} " in n for n in notes if "skipped" in n)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.chat.conversation.id == good.id
+        (user,) = app.chat.query(UserMessage)
+        assert user.text == "Still here"

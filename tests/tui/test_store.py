@@ -72,3 +72,48 @@ def test_bad_ids_are_refused(tmp_path: Path) -> None:
     for bad in ("", "../x", ".hidden"):
         with pytest.raises(ValueError):
             store.path(bad)
+
+
+WRONG_SHAPES = {
+    "item": '{"id": "item", "messages": [1]}',
+    "count": '{"id": "count", "messages": 5}',
+    "chars": '{"id": "chars", "messages": "abc"}',
+    "segint": '{"id": "segint", "messages": [{"role": "assistant", "content": "a",'
+    ' "segments": [1]}]}',
+    "segstr": '{"id": "segstr", "messages": [{"role": "assistant", "content": "a",'
+    ' "segments": "ab"}]}',
+    "segtriple": '{"id": "segtriple", "messages": [{"role": "assistant", "content": "a",'
+    ' "segments": [["a", "b", "c"]]}]}',
+    "stats": '{"id": "stats", "messages": [{"role": "user", "content": "a", "stats": 3}]}',
+    "draft": '{"id": "draft", "draft": [1], "messages": []}',
+    "deep": '{"id": "deep", "messages": ' + "[" * 100_000 + "]" * 100_000 + "}",
+    "deeplist": "[" * 100_000 + "]" * 100_000,
+    "badutf8": b'{"id": "badutf8", "title": "\xff\xfe", "messages": []}',
+}
+
+
+def write_wrong_shapes(store: ConversationStore) -> None:
+    """Every file of WRONG_SHAPES in the store's directory."""
+    store.dir.mkdir(parents=True, exist_ok=True)
+    for name, text in WRONG_SHAPES.items():
+        path = store.dir / f"{name}.json"
+        if isinstance(text, bytes):
+            path.write_bytes(text)
+        else:
+            path.write_text(text, encoding="utf-8")
+
+
+def test_wrong_shapes_are_skipped_and_counted(tmp_path: Path) -> None:
+    store = ConversationStore(tmp_path)
+    good = conv("fine", "reply")
+    store.save(good)
+    write_wrong_shapes(store)
+    (store.dir / "adir.json").mkdir()
+    convs, skipped = store.scan()
+    assert [c.id for c in convs] == [good.id]
+    assert skipped == len(WRONG_SHAPES) + 1
+    assert [c.id for c in store.list()] == [good.id]
+    for name in WRONG_SHAPES:
+        with pytest.raises(ValueError):  # one error type, never a RecursionError or TypeError
+            store.load(name)
+    assert store.load(good.id).messages == good.messages

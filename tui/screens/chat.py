@@ -311,8 +311,15 @@ class ChatScreen(Screen):
         self.notify("New chat")
 
     def action_open(self) -> None:
-        """Choose a saved conversation to reopen."""
-        self.app.push_screen(ConversationsScreen(self.config.store.list()), self._reopen)
+        """Choose a saved conversation to reopen (files that are not conversations are skipped)."""
+        conversations, skipped = self.config.store.scan()
+        self.app.push_screen(ConversationsScreen(conversations), self._reopen)
+        if skipped:
+            files = "file" if skipped == 1 else "files"
+            self.notify(
+                f"{skipped} unreadable conversation {files} skipped in {self.config.store.dir}",
+                severity="warning",
+            )
 
     def _reopen(self, conv_id: str | None) -> None:
         if conv_id is None:
