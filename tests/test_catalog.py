@@ -121,6 +121,67 @@ def test_malformed_catalog_is_one_line(edit: tuple[str, str], message: str) -> N
     assert str(exc.value).startswith("c.toml: ") and "\n" not in str(exc.value)
 
 
+BAD_VALUES = [
+    ('repo = "o/r"', 'repo = "bartowski/gemma 3-GGUF"', "repo 'bartowski/gemma 3-GGUF' is"),
+    ('repo = "o/r"', 'repo = "org/repo--x"', "sources[0]: repo 'org/repo--x' is not a valid"),
+    ('repo = "o/r"', 'repo = "../.."', "sources[0]: repo '../..' is not a valid"),
+    ('repo = "o/r"', 'repo = "o/r.git"', "sources[0]: repo 'o/r.git' is not a valid"),
+    ('file = "a.gguf"', 'file = "a\\u0000.gguf"', "models.a: file must not contain a NUL"),
+    ('file = "a.gguf"', 'file = "..\\\\a.gguf"', "models.a: file must be a plain name"),
+    ('file = "a.gguf"', 'file = "a\\n.gguf"', "models.a: file must be a plain name"),
+    ('file = "a.gguf"', 'file = ""', "models.a: file must be a non-empty string"),
+    ('filename = "a.gguf"', 'filename = ""', "sources[0]: filename must be a non-empty"),
+    ('filename = "a.gguf"', 'filename = "../a.gguf"', "sources[0]: filename must be a relative"),
+    ('filename = "a.gguf"', 'filename = "/a.gguf"', "sources[0]: filename must be a relative"),
+    ('filename = "a.gguf"', 'filename = "x//a.gguf"', "sources[0]: filename must be a relative"),
+    ('filename = "a.gguf"', 'filename = "a\\u0000.gguf"', "sources[0]: filename must not contain"),
+    ('filename = "a.gguf"', 'filename = "a.gguf", revision = ""', "revision must be a non-empty"),
+    ('filename = "a.gguf"', 'filename = "a.gguf", revision = "a b"', "revision must be a branch"),
+    ('filename = "a.gguf"', 'filename = "a.gguf", revision = "../x"', "revision must be a branch"),
+    ('filename = "a.gguf"', 'filename = "a.gguf", revision = "v1\\u0000"', "revision must not"),
+    ('member = "b/b.gguf"', 'member = "b/b\\u0000.gguf"', "member must not contain a NUL"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("old", "new", "message"), BAD_VALUES)
+def test_bad_values_are_one_catalog_error_naming_the_field(
+    old: str, new: str, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Values huggingface_hub or the filesystem would reject with a traceback later
+    (HFValidationError, ValueError for NUL) are refused when the catalog is read."""
+    path = tmp_path / "c.toml"
+    path.write_text(MINIMAL.replace(old, new, 1))
+    monkeypatch.setenv("EDGESPEC_CATALOG", str(path))
+    with pytest.raises(CatalogError) as exc:
+        load_catalog()
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+    assert str(exc.value).startswith(f"{path}: models.")
+
+
+@pytest.mark.parametrize(
+    "repo",
+    ["o/r", "bartowski/gemma-3-GGUF", "Qwen/Qwen2.5-0.5B-Instruct-GGUF", "a_b/c.d", "x/y",
+     "o/r--x", "o/r..x", "../..", "o/.r", "o/r-", "o/r.git", "o/ r", "o/r?", "-o/r",
+     "o/" + "r" * 97, "o/" + "r" * 96],
+)  # fmt: skip
+def test_repo_rule_is_huggingface_hubs(repo: str) -> None:
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(repo)
+        hub_ok = True
+    except HFValidationError:
+        hub_ok = False
+    text = MINIMAL.replace('repo = "o/r"', f"repo = {repo!r}".replace("'", '"'), 1)
+    try:
+        parse_catalog(text)
+        ours = True
+    except CatalogError:
+        ours = False
+    assert ours == hub_ok
+
+
 def test_unknown_names_get_suggestions() -> None:
     c = load_catalog()
     msg = c.unknown_message("gemma3")

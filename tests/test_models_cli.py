@@ -139,6 +139,36 @@ def test_pull_unknown_name_suggests(env: Any) -> None:
     assert hub.requests == []
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("repo", "bartowski/gemma 3-GGUF", "repo 'bartowski/gemma 3-GGUF' is not a valid"),
+        ("repo", "org/repo--x", "repo 'org/repo--x' is not a valid"),
+        ("repo", "../..", "repo '../..' is not a valid"),
+        ("file", "bad\\u0000.gguf", "models.tiny-target: file must not contain a NUL"),
+    ],
+)
+def test_bad_catalog_values_are_one_line_in_pull_and_models(
+    env: Any, tmp_path: Path, field: str, value: str, message: str
+) -> None:
+    """Values huggingface_hub (HFValidationError) or the filesystem (ValueError for a
+    NUL) would reject are one catalog error, before any request or file."""
+    vars_, hub, files = env
+    toml = model_toml("tiny-target", "tiny-target.gguf", files["tiny-target"])
+    if field == "repo":
+        toml = toml.replace(f"{ORG}/tiny-target-GGUF", value)
+    else:
+        toml = toml.replace('file = "tiny-target.gguf"', f'file = "{value}"')
+    catalog = tmp_path / "bad.toml"
+    catalog.write_text(toml)
+    vars_ = {**vars_, "EDGESPEC_CATALOG": str(catalog)}
+    for args in (["pull", "tiny-target"], ["models"], ["models", "--json"]):
+        line = one_error_line(cli(vars_, *args))
+        assert line.startswith(f"edgespec: error: {catalog}: models.tiny-target")
+        assert message in line
+    assert hub.requests == [] and not (tmp_path / "models").exists()
+
+
 # ----------------------------------------------------------------------------- generate
 
 

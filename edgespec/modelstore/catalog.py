@@ -31,6 +31,15 @@ __all__ = [
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+# huggingface_hub.utils.validate_repo_id's rule (kept here so that reading the catalog
+# does not import huggingface_hub): each part 1-96 word characters, "." or "-", not
+# starting or ending with "-" or ".", no "--" or "..", not ending in ".git".
+_REPO_PART = r"(?:\w|\w[\w.-]{0,94}\w)"
+_REPO = re.compile(rf"{_REPO_PART}/{_REPO_PART}")
+# Revisions are branch or tag names or commit hashes: refuse what git refuses in a ref
+# name (control characters, spaces, ~^:?*[ and backslash, "..", "@{", "//", a leading
+# or trailing "/", a leading "-", a trailing "." or ".lock").
+_BAD_REVISION = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//|^/|/$|^-|\.lock$|\.$")
 
 
 @dataclass(frozen=True)
@@ -246,7 +255,13 @@ def _model(name: str, entry: Any, origin: str) -> CatalogModel:
     required |= {"context_length", "chat_template", "sources"}
     _keys(e, required | {"size", "description", "license"}, where, required)
     file = _str(e, "file", where)
-    if "/" in file or not file.endswith(".gguf") or file.startswith("."):
+    if (
+        "/" in file
+        or "\\" in file
+        or not file.endswith(".gguf")
+        or file.startswith(".")
+        or not file.isprintable()
+    ):
         raise CatalogError(f"{where}: file must be a plain name ending in .gguf, got {file!r}")
     sha = _str(e, "sha256", where, empty_ok=True).lower()
     if sha and not _SHA256.match(sha):
@@ -290,11 +305,28 @@ def _source(entry: Any, where: str) -> Source:
         repo = _str(e, "repo", where)
         if repo.count("/") != 1:
             raise CatalogError(f"{where}: repo must look like owner/name, got {repo!r}")
-        return HubSource(
-            repo=repo,
-            filename=_str(e, "filename", where),
-            revision=_str(e, "revision", where, default="main"),
-        )
+        if not _valid_repo_id(repo):
+            raise CatalogError(
+                f"{where}: repo {repo!r} is not a valid Hugging Face repo id (letters, digits "
+                'and _.- only, not starting or ending with - or ., no "--" or "..")'
+            )
+        filename = _str(e, "filename", where)
+        parts = filename.split("/")
+        if (
+            not filename.isprintable()
+            or "\\" in filename
+            or any(p in ("", ".", "..") for p in parts)
+        ):
+            raise CatalogError(
+                f"{where}: filename must be a relative path in the repo (no empty, . or .. "
+                f"parts, no backslash or control characters), got {filename!r}"
+            )
+        revision = _str(e, "revision", where, default="main")
+        if _BAD_REVISION.search(revision):
+            raise CatalogError(
+                f"{where}: revision must be a branch, tag or commit name, got {revision!r}"
+            )
+        return HubSource(repo=repo, filename=filename, revision=revision)
     if kind == "pypi":
         _keys(e, {"type", "parts"}, where, {"type", "parts"})
         parts = e["parts"]
@@ -338,6 +370,16 @@ def _check_name(name: str, where: str) -> None:
         raise CatalogError(f"{where}: invalid name (letters, digits and ._+- only)")
 
 
+def _valid_repo_id(repo: str) -> bool:
+    """True if huggingface_hub's ``validate_repo_id`` would accept ``repo`` (owner/name)."""
+    return (
+        _REPO.fullmatch(repo) is not None
+        and "--" not in repo
+        and ".." not in repo
+        and not repo.endswith(".git")
+    )
+
+
 def _table(value: Any, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise CatalogError(f"{where}: expected a table")
@@ -368,4 +410,6 @@ def _str(
     value = e[key]
     if not isinstance(value, str) or (not value and not empty_ok):
         raise CatalogError(f"{where}: {key} must be a non-empty string")
+    if "\x00" in value:  # no path, name or message may carry one
+        raise CatalogError(f"{where}: {key} must not contain a NUL character")
     return value
