@@ -98,7 +98,7 @@ def test_errors_are_one_line(tmp_path, synthetic_models, case: str, message: str
         "text": ["--target", str(bad["text"])],
         "truncated": ["--target", str(bad["truncated"])],
         "missing_draft": ["--target", target, "--draft", str(tmp_path / "nope.gguf")],
-        "long_prompt": ["--target", target, "--ctx", "64", "--prompt", "word " * 300],
+        "long_prompt": ["--target", target, "--ctx", "256", "--prompt", "word " * 300],
         "gamma": ["--target", target, "--gamma", "-1"],
         "temperature": ["--target", target, "--temperature", "-0.5"],
         "top_p": ["--target", target, "--top-p", "1.5"],

@@ -23,6 +23,10 @@ DEFAULT_DRAFT = "ngram"  # no second vocabulary-compatible model installs offlin
 
 T = TypeVar("T")
 
+#: llama.cpp pads every context to a multiple of 256 tokens: a smaller --ctx would
+#: silently become 256, so it is refused instead.
+MIN_CTX = 256
+
 
 DRAFT_HELP = (
     "draft: .gguf path or model name (any vocabulary), ngram (prompt lookup), "
@@ -48,7 +52,13 @@ def add_model_options(
     p.add_argument(
         "--threads", type=int, default=None, help="CPU threads (0: all cores, the default)"
     )
-    p.add_argument("--ctx", type=int, default=None, help="context length in tokens")
+    p.add_argument(
+        "--ctx",
+        type=parse_ctx,
+        default=None,
+        help=f"context length in tokens (at least {MIN_CTX}; llama.cpp rounds it up to a "
+        f"multiple of {MIN_CTX})",
+    )
     p.add_argument("--gpu-layers", type=int, default=0, help="target layers to offload")
     p.add_argument("--draft-gpu-layers", type=int, default=0, help="draft layers to offload")
 
@@ -95,6 +105,14 @@ def cli_value(text: str) -> int | str:
         return text
 
 
+def check_ctx(value: int | str) -> int:
+    """A --ctx value: a whole number of tokens, at least llama.cpp's smallest context."""
+    if not isinstance(value, int) or value < MIN_CTX:
+        raise InvalidParameterError(f"ctx must be a whole number >= {MIN_CTX}, got {value!r}")
+    return value
+
+
+parse_ctx = cli_type(check_ctx)
 parse_seed = cli_type(check_seed)
 parse_gamma = cli_type(check_gamma)
 parse_max_tokens = cli_type(check_max_tokens)

@@ -55,7 +55,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Load the models and serve until interrupted."""
     from ..server import EdgespecServer, serve
+    from ..server.app import check_api_key
 
+    check_api_key(args.api_key)  # before the models load
     if not 0 <= args.port <= 65535:
         raise InvalidParameterError(f"port must be 0..65535, got {args.port}")
     if args.max_body < 1:

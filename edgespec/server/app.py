@@ -26,7 +26,7 @@ from ..completion.session import (
     CompletionResult,
     CompletionSession,
 )
-from ..errors import EdgespecError
+from ..errors import EdgespecError, InvalidParameterError
 from .errors import ApiError, bad_request, from_exception
 from .requests import Options, parse_chat, parse_completions, parse_infill, parse_json
 from .responses import InfillFormat, OpenAIFormat, ResponseFormat
@@ -39,6 +39,21 @@ API_KEY_ENV = "EDGESPEC_API_KEY"
 #: What the worker yields before the completion: the prompt's size and how it was built.
 Prepared = dict[str, Any]
 Build = Callable[[], tuple[list[int], CodeRules | None, Prepared]]
+
+
+def check_api_key(key: str | None) -> None:
+    """Refuse an API key that clients cannot send as it is.
+
+    Only printable ASCII, without spaces at its ends, reaches the server the same
+    from every client: a header's other bytes are each library's choice (latin-1,
+    UTF-8, or an error), http.server reads them as latin-1, a Bearer token is
+    ASCII (RFC 6750), and header values lose their outer spaces.
+    """
+    if key and not (key.isascii() and key.isprintable() and key == key.strip()):
+        raise InvalidParameterError(
+            "the API key must be printable ASCII, without spaces at its ends "
+            "(HTTP clients send nothing else alike)"
+        )
 
 
 class EdgespecServer(ThreadingHTTPServer):
@@ -56,6 +71,7 @@ class EdgespecServer(ThreadingHTTPServer):
         max_body: int = DEFAULT_MAX_BODY,
         log: Callable[[str], None] | None = None,
     ) -> None:
+        check_api_key(api_key)
         self.session = session
         self.worker = Worker()
         self.api_key = api_key or None
@@ -100,16 +116,19 @@ class Handler(JsonHandler):
 
     def _dispatch(self) -> None:
         self._streaming = False
+        self._probed = False
         self._raw = b""
         try:
-            self._read_body()
             path = urlsplit(self.path).path.rstrip("/") or "/"
             if path != "/health":
-                self._check_auth()
+                self._check_auth()  # before the body: a refused client's body is never read
+            self._read_body()
             routes = ROUTES.get(path)
             if routes is None:
                 raise ApiError(404, f"no such route: {path}", code="not_found")
             route = routes.get(self.command)
+            if route is None and self.command == "HEAD":  # a GET's headers, no body
+                route = routes.get("GET")
             if route is None:
                 raise ApiError(
                     405, f"{self.command} is not allowed on {path}", code="method_not_allowed"
@@ -139,7 +158,9 @@ class Handler(JsonHandler):
         auth = self.headers.get("Authorization") or ""
         if auth[:7].lower() == "bearer ":
             given = auth[7:].strip()
-        if not hmac.compare_digest(given.encode("utf-8", "replace"), key.encode("utf-8")):
+        # http.server decodes header bytes as latin-1: encoding back gives the bytes sent
+        if not hmac.compare_digest(given.encode("latin-1", "replace"), key.encode("ascii")):
+            self._refuse_unread_body()
             raise ApiError(
                 401,
                 "invalid or missing API key",

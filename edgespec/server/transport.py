@@ -18,6 +18,8 @@ from typing import Any
 
 from .errors import ApiError, bad_request
 
+_LINGER_S = 2.0  # how long a refused body is read and dropped before the connection closes
+
 
 class JsonHandler(BaseHTTPRequestHandler):
     """Bodies in, JSON and server-sent events out. The server must have ``max_body``."""
@@ -26,6 +28,8 @@ class JsonHandler(BaseHTTPRequestHandler):
     _raw = b""
     _streaming = False
     _chunked = False
+    _probed = False  # a 100 Continue was sent to see whether the client is still there
+    _linger = False  # the answer refused a body it did not read: close gently
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """http.server's own errors (bad request line, headers too long) as JSON too."""
@@ -146,12 +150,70 @@ class JsonHandler(BaseHTTPRequestHandler):
         self._streaming = False
 
     def _client_gone(self) -> bool:
-        """True when the peer closed the connection (polled while the worker runs)."""
+        """True when the peer is gone (polled while the request waits for the worker).
+
+        End of file alone is no proof: a client that half-closed its socket
+        (shutdown(SHUT_WR)) after sending is still reading. Only an error or a
+        hang-up counts. At the first end of file, before any answer began, an
+        HTTP/1.1 client is sent an interim ``100 Continue`` (which every HTTP/1.1
+        client must skip): a half-closed client takes it, a closed socket answers
+        it with a reset, and the next poll sees the hang-up.
+        """
+        if not hasattr(select, "poll"):  # no poll(): wait for a write to fail
+            return False
         try:
-            readable, _, _ = select.select([self.connection], [], [], 0)
-            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+            poller = select.poll()
+            poller.register(self.connection, select.POLLIN)  # ERR and HUP are always reported
+            events = 0
+            for _fd, ev in poller.poll(0):
+                events |= ev
+            if events & (select.POLLERR | select.POLLHUP | select.POLLNVAL):
+                return True
+            if (
+                events & select.POLLIN
+                and not self._probed
+                and not self._streaming
+                and self.request_version == "HTTP/1.1"
+                and self.connection.recv(1, socket.MSG_PEEK) == b""
+            ):
+                self._probed = True
+                self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                self.wfile.flush()
+            return False
         except (OSError, ValueError):
             return True
+
+    def _refuse_unread_body(self) -> None:
+        """Close after this answer without reading the announced body (a refused
+        client's body is never read); see ``finish`` for how it is closed."""
+        self.close_connection = True
+        if self.headers.get("Content-Length", "0").strip() not in ("", "0") or self.headers.get(
+            "Transfer-Encoding"
+        ):
+            self._linger = True
+
+    def finish(self) -> None:
+        """Flush the answer; after a refused body, close gently.
+
+        Closing a socket with unread data sends a reset, which can destroy the
+        answer before the client reads it. So the write side is shut first (the
+        client sees the whole answer and its end) and what the client still sends
+        is read and dropped for a moment, as web servers' lingering close does.
+        """
+        super().finish()
+        if not self._linger:
+            return
+        try:
+            self.connection.shutdown(socket.SHUT_WR)
+            self.connection.settimeout(_LINGER_S)
+            left = max(self.server.max_body, 1 << 20)
+            while left > 0:
+                got = self.connection.recv(1 << 16)
+                if not got:
+                    break
+                left -= len(got)
+        except OSError:
+            pass
 
 
 def _too_large(n: int, limit: int) -> ApiError:

@@ -248,3 +248,64 @@ def test_random_bodies_never_get_a_5xx(fuzz_server: Running, path: str, body: by
     if status >= 400:
         assert set(reply["error"]) == {"message", "type", "param", "code"}
     assert fuzz_server.health()["failed"] == 0
+
+
+def test_head_answers_as_get_without_a_body(plain_server: Running) -> None:
+    host, port = plain_server.base.removeprefix("http://").split(":")
+    auth = {"Authorization": f"Bearer {API_KEY}"}
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    for path in ("/health", "/v1/models", "/models"):
+        conn.request("GET", path, headers=auth)
+        get = conn.getresponse()
+        body = get.read()
+        conn.request("HEAD", path, headers=auth)
+        head = conn.getresponse()
+        assert head.status == 200 == get.status, path
+        assert head.getheader("Content-Type") == get.getheader("Content-Type")
+        assert head.getheader("Content-Length") == str(len(body))
+        assert head.read() == b""
+    # no body was sent: the same connection goes on with the next request
+    conn.request("GET", "/health")
+    assert json.loads(conn.getresponse().read())["status"] == "ok"
+    conn.request("HEAD", C, headers=auth)  # a POST route: still not allowed
+    assert conn.getresponse().status == 405
+    conn.close()
+
+
+def _raw_reply(running: Running, head: bytes, body: bytes) -> bytes:
+    """Send a request's head and the start of its body; read the reply until the server
+    closes the connection (a bounded wait: the socket times out)."""
+    host, port = running.base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=20) as s:
+        s.sendall(head + body)
+        reply = b""
+        while chunk := s.recv(65536):
+            reply += chunk
+    return reply
+
+
+@pytest.mark.parametrize("length", [60 * 1024, 100 * 1024 * 1024])
+def test_a_keyless_request_is_refused_before_its_body_is_read(
+    plain_server: Running, length: int
+) -> None:
+    head = (
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n" % length
+    )
+    reply = _raw_reply(plain_server, head, b'{"prompt": "He')  # the rest never comes
+    status_line, _, rest = reply.partition(b"\r\n")
+    assert b" 401 " in status_line
+    headers, _, body = rest.partition(b"\r\n\r\n")
+    assert b"connection: close" in headers.lower()
+    assert json.loads(body)["error"]["type"] == "authentication_error"
+    assert plain_server.health()["status"] == "ok"
+
+
+@pytest.mark.parametrize("key", ["ключ", "k\x00ey", " key", "key\n"])
+def test_an_api_key_no_client_can_send_is_refused(plain_session: CompletionSession,
+                                                  key: str) -> None:  # fmt: skip
+    from edgespec.errors import InvalidParameterError
+    from edgespec.server import EdgespecServer
+
+    with pytest.raises(InvalidParameterError, match="API key must be printable ASCII"):
+        EdgespecServer(("127.0.0.1", 0), plain_session, api_key=key)

@@ -93,3 +93,29 @@ def test_serve_port_in_use(synthetic_models, capsys) -> None:
         rc = main(["serve", "--port", str(port), "--draft", "none",
                    "--target", str(synthetic_models["target"])])  # fmt: skip
     assert rc == 1 and "cannot listen" in capsys.readouterr().err
+
+
+def test_serve_refuses_a_non_ascii_api_key_before_loading(tmp_path: Path, capsys) -> None:
+    rc = main(["serve", "--api-key", "ключ", "--target", str(tmp_path / "never-loaded.gguf")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc != 0 and len(err) == 1
+    assert err[0].startswith("edgespec: error: ") and "API key must be printable ASCII" in err[0]
+
+
+@pytest.mark.parametrize("command", ["serve", "generate"])
+@pytest.mark.parametrize("ctx", ["16", "255", "0", "-1"])
+def test_a_context_below_llamas_floor_is_refused(command: str, ctx: str, capsys) -> None:
+    from edgespec.cli import build_parser
+
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args([command, "--ctx", ctx])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ctx must be a whole number >= 256" in err[0], err
+
+
+def test_a_context_at_the_floor_is_taken_as_given() -> None:
+    from edgespec.cli import build_parser
+
+    assert build_parser().parse_args(["serve", "--ctx", "256"]).ctx == 256
+    assert build_parser().parse_args(["serve"]).ctx is None

@@ -115,3 +115,80 @@ def test_adaptive_gamma_keeps_the_prefix_cache(synthetic_models) -> None:
     finally:
         running.server.close()
         session.target.close()
+
+
+class _Blocked:
+    """Occupies the server's worker with a job that waits for release(), and counts the
+    handlers' polls of their client (to know a queued request was looked at)."""
+
+    def __init__(self, running: Running, monkeypatch) -> None:
+        from edgespec.server.app import Handler
+
+        self.gate = threading.Event()
+        self.polls: list[bool] = []
+        original = Handler._client_gone
+
+        def counted(handler: Handler) -> bool:
+            gone = original(handler)
+            self.polls.append(gone)
+            return gone
+
+        monkeypatch.setattr(Handler, "_client_gone", counted)
+        started = threading.Event()
+
+        def work(_cancelled):
+            started.set()
+            self.gate.wait(60)
+            yield from ()
+
+        self.job = running.server.worker.submit(work)
+        wait_for(started.is_set)
+
+    def release(self) -> None:
+        self.gate.set()
+        list(self.job.items())
+
+
+def _send_infill(running: Running, body: dict) -> socket.socket:
+    host, port = running.base.removeprefix("http://").split(":")
+    data = json.dumps(body).encode()
+    s = socket.create_connection((host, int(port)), timeout=60)
+    s.sendall(
+        b"POST /infill HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(data), data)
+    )
+    return s
+
+
+def test_a_half_closed_client_waiting_in_the_queue_still_gets_its_answer(
+    fim_server: Running, monkeypatch
+) -> None:
+    blocked = _Blocked(fim_server, monkeypatch)
+    served = fim_server.health()["served"]
+    s = _send_infill(fim_server, {**BODY, "n_predict": 5})
+    try:
+        s.shutdown(socket.SHUT_WR)  # done sending, still reading
+        wait_for(lambda: fim_server.server.worker.queued >= 1)
+        n = len(blocked.polls)
+        # its handler has looked at the half-closed socket (or given up on it)
+        wait_for(lambda: len(blocked.polls) >= n + 3 or any(blocked.polls))
+        blocked.release()
+        resp = http.client.HTTPResponse(s)
+        resp.begin()  # skips an interim 1xx, as every HTTP/1.1 client must
+        assert resp.status == 200
+        answer = json.loads(resp.read())
+        assert 0 < answer["tokens_predicted"] <= 5
+    finally:
+        s.close()
+    wait_for(lambda: fim_server.health()["served"] >= served + 2)
+
+
+def test_a_client_that_closed_while_queued_is_cancelled(fim_server: Running, monkeypatch) -> None:
+    blocked = _Blocked(fim_server, monkeypatch)
+    cancelled = fim_server.health()["cancelled"]
+    s = _send_infill(fim_server, {**BODY, "n_predict": -1})
+    wait_for(lambda: fim_server.server.worker.queued >= 1)
+    s.close()
+    wait_for(lambda: any(blocked.polls))  # its handler noticed
+    blocked.release()
+    wait_for(lambda: fim_server.health()["cancelled"] > cancelled)
