@@ -13,7 +13,8 @@ Two ``http.server`` instances on 127.0.0.1 (free ports), each in a thread:
 
 Knobs for failure tests: ``drops`` (for each of the next GETs, send only that many
 body bytes, then close the connection), ``corrupt`` (serve altered bytes of the same
-length), ``gated``. Every request is logged in ``requests``.
+length), ``gated``, ``cdn_down`` (the CDN closes every connection without answering,
+while the hub's metadata still answers). Every request is logged in ``requests``.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class FakeHub:
     revisions: set[str] = field(default_factory=lambda: {"main", COMMIT})
     drops: list[int] = field(default_factory=list)
     corrupt: bool = False
+    cdn_down: bool = False
     requests: list[Request] = field(default_factory=list)
     url: str = ""
     cdn_url: str = ""
@@ -95,6 +97,9 @@ class FakeHub:
         )
 
     def cdn(self, h: BaseHTTPRequestHandler) -> None:
+        if self.cdn_down:
+            h.close_connection = True
+            return
         sha = h.path.split("?")[0].rsplit("/", 1)[-1]
         data = self._blob(sha)
         if data is None:

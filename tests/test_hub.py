@@ -9,8 +9,12 @@ file, offline mode, HF_TOKEN, and falling back to the next source.
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
+import logging
 import os
+import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -341,6 +345,91 @@ def test_unreachable_endpoint(gguf: bytes, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     with pytest.raises(ModelFetchError, match=f"cannot reach http://127.0.0.1:{port}"):
         ensure_catalog_model(entry(gguf), directory=tmp_path)
+
+
+def test_cdn_failure_names_the_download_host(
+    fake_hub: FakeHub, gguf: bytes, tmp_path: Path, small_chunks: None
+) -> None:
+    """The Hub's metadata answers, the CDN it redirects to drops every connection."""
+    fake_hub.cdn_down = True
+    with pytest.raises(ModelFetchError) as exc:
+        ensure_catalog_model(entry(gguf), directory=tmp_path / "m")
+    msg = str(exc.value)
+    assert msg.startswith(f"cannot download {REPO}/{FILE}@main from {fake_hub.cdn_url} ")
+    assert f"(the Hub at {fake_hub.url} redirected there): Server disconnected" in msg
+    assert "\n" not in msg and fake_hub.gets("cdn")
+
+
+@pytest.mark.parametrize("failure", ["repo", "cdn"])
+def test_failed_pull_leaves_nothing_new_in_the_model_directory(
+    fake_hub: FakeHub, gguf: bytes, tmp_path: Path, small_chunks: None, failure: str
+) -> None:
+    """No lock file, no empty partial: only what was there before."""
+    (tmp_path / "other.gguf").write_bytes(b"someone else's")
+    if failure == "cdn":
+        fake_hub.cdn_down = True
+        model = entry(gguf)
+    else:
+        model = entry(gguf, sources=(HubSource("test-org/nope-GGUF", FILE),))
+    with pytest.raises(ModelFetchError):
+        ensure_catalog_model(model, directory=tmp_path)
+    assert sorted(os.listdir(tmp_path)) == ["other.gguf"]
+
+
+def test_huggingface_hub_logs_and_warnings_are_silenced(
+    fake_hub: FakeHub,
+    gguf: bytes,
+    tmp_path: Path,
+    small_chunks: None,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its retries log a dozen lines before the error edgespec reports as one."""
+    import huggingface_hub
+
+    monkeypatch.delenv("HF_HUB_VERBOSITY", raising=False)
+    metadata = huggingface_hub.get_hf_file_metadata
+
+    def noisy_metadata(*args: Any, **kwargs: Any) -> Any:
+        warnings.warn("a huggingface_hub warning", UserWarning, stacklevel=1)
+        return metadata(*args, **kwargs)
+
+    monkeypatch.setattr(huggingface_hub, "get_hf_file_metadata", noisy_metadata)
+    fake_hub.cdn_down = True
+    caplog.set_level(logging.DEBUG)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with pytest.raises(ModelFetchError, match="Server disconnected"):
+            ensure_catalog_model(entry(gguf), directory=tmp_path)
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("huggingface_hub")] == []
+    assert [str(w.message) for w in seen] == []
+    assert logging.getLogger("huggingface_hub").level != logging.CRITICAL + 1  # restored
+
+
+def test_lock_file_removed_by_its_holder_is_relocked_by_a_waiter(tmp_path: Path) -> None:
+    """The holder unlinks the lock file; one that waited on that file must lock the new
+    one (else two fetchers would both think they hold the lock)."""
+    lock = tmp_path / ".lock-x.gguf"
+    waiting = threading.Event()
+    seen: list[str] = []
+
+    def waiter() -> None:
+        with store.locked(lock, lambda _msg: waiting.set()):
+            fd = os.open(lock, os.O_RDWR)  # a third taker, through the path
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                seen.append("not exclusive")
+            except BlockingIOError:
+                seen.append("exclusive")
+            finally:
+                os.close(fd)
+
+    with store.locked(lock, store.quiet):
+        t = threading.Thread(target=waiter)
+        t.start()
+        assert waiting.wait(60), "the second taker did not wait"
+    t.join(60)
+    assert seen == ["exclusive"] and not lock.exists()
 
 
 def test_offline_mode(fake_hub: FakeHub, gguf: bytes, tmp_path: Path, monkeypatch) -> None:

@@ -169,6 +169,18 @@ def test_bad_catalog_values_are_one_line_in_pull_and_models(
     assert hub.requests == [] and not (tmp_path / "models").exists()
 
 
+def test_pull_with_the_cdn_down_is_one_line_and_leaves_nothing(env: Any, tmp_path: Path) -> None:
+    """huggingface_hub's retry warnings stay quiet, the error names the download host,
+    and the model directory holds no lock file or empty partial afterwards."""
+    vars_, hub, _ = env
+    hub.cdn_down = True
+    r = cli({**vars_, "HF_HUB_VERBOSITY": ""}, "pull", "tiny-target")
+    line = one_error_line(r)
+    assert f"from {hub.cdn_url} (the Hub at {hub.url} redirected there)" in line
+    assert [ln for ln in r.stderr.splitlines() if not ln.startswith("edgespec: ")] == []
+    assert os.listdir(tmp_path / "models") == []
+
+
 # ----------------------------------------------------------------------------- generate
 
 

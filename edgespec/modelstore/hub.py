@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import re
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -88,7 +91,8 @@ def fetch_hub(
     url = hf_hub_url(source.repo, source.filename, revision=source.revision, endpoint=base)
     say(f"asking {base} for {where} ...")
     try:
-        meta = get_hf_file_metadata(url, endpoint=base)
+        with _quiet_hub():
+            meta = get_hf_file_metadata(url, endpoint=base)
     except Exception as exc:  # noqa: BLE001 - mapped to one line below, or re-raised
         raise _explain(exc, source, base) from None
     etag = meta.etag or ""
@@ -128,7 +132,7 @@ def fetch_hub(
     else:
         say(f"downloading {where} ...")
     try:
-        with open(partial, "ab") as f:
+        with _quiet_hub(), open(partial, "ab") as f:
             http_get(
                 download_url,
                 f,
@@ -139,7 +143,10 @@ def fetch_hub(
                 tqdm_class=bar or _SilentBar,
             )
     except Exception as exc:  # noqa: BLE001 - mapped to one line below, or re-raised
-        raise _explain(exc, source, base, partial) from None
+        raise _explain(exc, source, base, _keep_partial(partial)) from None
+    except BaseException:
+        _keep_partial(partial)
+        raise
 
     say(f"verifying {dest.name} ...")
     digest = store.sha256_file(partial, bar)
@@ -159,6 +166,51 @@ def _drop_stale_partials(dest: Path, keep: Path) -> None:
         if p != keep:
             with contextlib.suppress(OSError):
                 p.unlink()
+
+
+def _keep_partial(partial: Path) -> Path | None:
+    """After a failed transfer: ``partial`` if it holds bytes to resume from, else remove
+    it (an empty one is just litter) and return None."""
+    try:
+        if partial.stat().st_size > 0:
+            return partial
+        partial.unlink()
+    except OSError:
+        pass
+    return None
+
+
+@contextlib.contextmanager
+def _quiet_hub() -> Iterator[None]:
+    """Silence huggingface_hub's own log lines and warnings for the duration.
+
+    Its retries log a dozen lines ("Error while downloading from ...", "Trying to
+    resume download...") before the error that edgespec reports as one line anyway.
+    ``HF_HUB_VERBOSITY`` (huggingface_hub's own switch) keeps its logging as it is.
+    """
+    logger = logging.getLogger("huggingface_hub")
+    level = logger.level
+    if not os.environ.get("HF_HUB_VERBOSITY"):
+        logger.setLevel(logging.CRITICAL + 1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _failed_host(exc: Exception, base: str) -> str:
+    """The origin (``scheme://host:port``) of the request that failed, if not the Hub's:
+    a download redirected to a CDN fails there, not at ``base``."""
+    try:
+        url = str(exc.request.url)  # type: ignore[attr-defined]
+    except (AttributeError, RuntimeError):  # httpx raises RuntimeError when none is set
+        return base
+    if _origin(url) == _origin(base):
+        return base
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 def _origin(url: str) -> tuple[str, str | None, int | None]:
@@ -190,9 +242,17 @@ def _explain(
         return ModelFetchError(f"{where}: Hugging Face Hub offline mode is on (HF_HUB_OFFLINE)")
     if isinstance(exc, hf.HfHubHTTPError):
         status = exc.response.status_code if exc.response is not None else "?"
-        return ModelFetchError(f"{where}: the Hub answered HTTP {status}{kept}")
+        host = _failed_host(exc.response, base) if exc.response is not None else base
+        who = "the Hub" if host == base else f"the Hub's download server {host}"
+        return ModelFetchError(f"{where}: {who} answered HTTP {status}{kept}")
     if isinstance(exc, httpx2.HTTPError):
         reason = str(exc) or type(exc).__name__
+        host = _failed_host(exc, base)
+        if host != base:
+            return ModelFetchError(
+                f"cannot download {where} from {host} (the Hub at {base} redirected there): "
+                f"{reason}{kept}"
+            )
         return ModelFetchError(f"cannot reach {base} for {where}: {reason}{kept}")
     if isinstance(exc, OSError):
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):

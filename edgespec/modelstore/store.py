@@ -8,7 +8,8 @@ its final name with one ``os.replace``. Hence:
 * a file at a final path is always complete and was verified once;
 * a failed or interrupted fetch never leaves a file that looks complete, and never
   touches a file that was already in place;
-* two processes fetching the same model serialise on ``<dir>/.lock-<filename>``;
+* two processes fetching the same model serialise on ``<dir>/.lock-<filename>``, which
+  exists only while a fetch holds it;
 * once a file has been hashed, a sidecar ``<filename>.verified`` records its sha256
   with the file's size and mtime, so later checks need only a ``stat``. For catalog
   entries whose sha256 is not known in advance, that record is the reference the
@@ -201,20 +202,48 @@ def unwritable(directory: Path, exc: OSError) -> ModelFetchError:
 
 @contextlib.contextmanager
 def locked(lock_path: Path, say: Progress) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``lock_path`` for the duration."""
-    try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise unwritable(lock_path.parent, exc) from None
-    try:
+    """Hold an exclusive ``flock`` on ``lock_path`` for the duration; remove it after.
+
+    The holder unlinks the lock file before it lets go, so nothing is left behind. That
+    is safe because every taker checks, once it has the ``flock``, that the file it
+    locked is still the one at ``lock_path``: one that waited on a file removed
+    meanwhile holds a lock nobody else can see, so it lets go and starts over.
+    """
+    announced = False
+    while True:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            say("waiting for another process fetching the same model ...")
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise unwritable(lock_path.parent, exc) from None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not announced:
+                    say("waiting for another process fetching the same model ...")
+                    announced = True
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            if _same_file(fd, lock_path):
+                break
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+    try:
         yield
     finally:
+        with contextlib.suppress(OSError):
+            lock_path.unlink()  # still holding the lock: see above
         os.close(fd)  # closing the descriptor releases the lock
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """True if the open file ``fd`` is the file now at ``path``."""
+    try:
+        st, at = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (at.st_dev, at.st_ino)
 
 
 def ensure_space(directory: Path, need: int, filename: str) -> None:
