@@ -13,6 +13,7 @@ import json
 import math
 import os
 import platform
+import stat
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from .backend import FAST_KERNELS, LlamaModel
-from .files import replace_file
+from .files import exclusive_lock, replace_file
 
 MAX_VERIFY = 48  # rows of a verify batch: the pending token and up to 47 draft tokens
 CALIBRATION_DEPTH = 64  # context depth the curve is measured at
@@ -147,13 +148,11 @@ def load_or_measure(
     if not refresh and key in _process_curves:
         return _process_curves[key]
     path = calibration_file()
-    cache = _read_cache(path)
-    curve = None if refresh else _cached_curve(cache.get(key), key, max_k)
+    curve = None if refresh else _cached_curve(_read_cache(path).get(key), key, max_k)
     if curve is None:
         curve = measure_curve(model, max_k=max_k)
         if not curve.noisy:  # a busy machine's curve is kept for this process only
-            cache[key] = asdict(curve)
-            _write_cache(path, cache)
+            _store_curve(path, curve)
     _process_curves[key] = curve
     return curve
 
@@ -176,12 +175,63 @@ def _cached_curve(entry: dict | None, key: str, max_k: int) -> CostCurve | None:
     return CostCurve(model=model, key=key, seconds=seconds, timed=timed)
 
 
-def _read_cache(path: Path) -> dict:
+def _store_curve(path: Path, curve: CostCurve) -> None:
+    """Add one curve to the cache file, keeping the others.
+
+    The read, merge and replace happen under an exclusive lock on a file beside the
+    cache, so two processes (or a server's threads) calibrating at once keep both
+    curves. Failing to write only costs a re-measurement next time.
+    """
     try:
-        data = json.loads(path.read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}  # missing or corrupt: measure again
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with exclusive_lock(path.with_name(f".lock-{path.name}")):
+            cache = _read_cache(path)
+            cache[curve.key] = asdict(curve)
+            if path.is_dir() and not path.is_symlink():
+                path.rmdir()  # an empty directory in its place (OSError if not empty)
+            _write_cache(path, cache)
+    except OSError:
+        pass
+
+
+def _read_cache(path: Path) -> dict[str, dict]:
+    """The cache's well-shaped entries; {} if it is missing or unreadable in any way.
+
+    Deep nesting, wrong shapes, invalid UTF-8, a directory or a FIFO in its place all
+    read as an empty cache: the curve is measured again and the file replaced.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block the read
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return {}
+            with open(fd, "rb", closefd=False) as f:
+                raw = f.read()
+        finally:
+            os.close(fd)
+        data = json.loads(raw.decode("utf-8"))
+    except (OSError, ValueError, RecursionError):  # json.loads recurses once per level
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if _well_shaped(v)}
+
+
+def _well_shaped(entry: object) -> bool:
+    """An entry as written: a JSON object of scalars and lists of numbers, nothing deeper.
+
+    Whether it is a usable curve is _cached_curve's question; this only keeps a bad
+    entry from being carried into every later write.
+    """
+    if not isinstance(entry, dict):
+        return False
+    for value in entry.values():
+        if isinstance(value, list):
+            if not all(isinstance(x, int | float) for x in value):
+                return False
+        elif value is not None and not isinstance(value, str | int | float):
+            return False
+    return True
 
 
 def _write_cache(path: Path, cache: dict) -> None:
