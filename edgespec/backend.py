@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,21 +35,56 @@ if not FAST_KERNELS:
 import llama_cpp as ll  # noqa: E402  (must follow the environment set-up above)
 
 from .errors import BackendError, ContextFullError, ModelLoadError  # noqa: E402
+from .modelstore.gguf_meta import check_regular_file  # noqa: E402
 
 DEFAULT_CTX = 4096
 DEFAULT_BATCH = 512
 GGUF_MAGIC = b"GGUF"
 GGML_TYPE_BF16 = 30
 
-_log_tail: list[str] = []
+# enum ggml_log_level of this build's ggml.h (llama_cpp/_logger.py's comment shows an
+# older order, where 4 was DEBUG): NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5.
+GGML_LOG_WARN, GGML_LOG_ERROR, GGML_LOG_CONT = 3, 4, 5
+
+#: Recent (level, text) warnings and errors from llama.cpp, to explain a failure.
+_log_tail: list[tuple[int, str]] = []
+_last_level = 0
 
 
 @ll.llama_log_callback
 def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
     # Keep llama.cpp quiet, but remember recent warnings/errors to explain a failure.
-    if level in (2, 3):
-        _log_tail.append(text.decode("utf-8", "replace").strip())
-        del _log_tail[:-8]
+    global _last_level
+    line = text.decode("utf-8", "replace")
+    if level == GGML_LOG_CONT:  # the rest of the previous message
+        if _last_level in (GGML_LOG_WARN, GGML_LOG_ERROR) and _log_tail:
+            _log_tail[-1] = (_log_tail[-1][0], _log_tail[-1][1] + line)
+        return
+    _last_level = level
+    if level in (GGML_LOG_WARN, GGML_LOG_ERROR):
+        _log_tail.append((level, line))
+        del _log_tail[:-16]
+
+
+#: llama.cpp's error lines that only say that something failed, not why.
+_GENERIC = re.compile(r"failed to (load model|initialize the context)\W*$|^error loading model\W*$")
+
+
+def _failure_reason(default: str) -> str:
+    """llama.cpp's own reason for the failure just logged: its first telling error line
+    (else its last warning, else ``default``), without the function-name prefixes."""
+
+    def clean(text: str) -> str:
+        text = " ".join(text.split())
+        text = re.sub(r"^(\w+: )+", "", text)  # "llama_model_load: " and the like
+        return re.sub(r"^error loading model: ", "", text)
+
+    errors = [clean(t) for lv, t in _log_tail if lv == GGML_LOG_ERROR]
+    telling = [e for e in errors if e and not _GENERIC.search(e)]
+    if telling:
+        return telling[0]
+    warnings = [clean(t) for lv, t in _log_tail if lv == GGML_LOG_WARN]
+    return next((w for w in reversed(warnings) if w), errors[0] if errors else default)
 
 
 ll.llama_log_set(_log_callback, ctypes.c_void_p(0))
@@ -92,12 +128,12 @@ class FimTokens:
 
 
 def _check_gguf_file(path: Path) -> None:
-    if not path.exists():
-        raise ModelLoadError(f"model file not found: {path}")
-    if not path.is_file():
-        raise ModelLoadError(f"model path is not a file: {path}")
-    with path.open("rb") as f:
-        magic = f.read(4)
+    check_regular_file(path)  # by stat, before opening: a named pipe would block the open
+    try:
+        with path.open("rb") as f:
+            magic = f.read(4)
+    except OSError as exc:
+        raise ModelLoadError(f"cannot read {path}: {exc.strerror or exc}") from None
     if magic != GGUF_MAGIC:
         raise ModelLoadError(f"not a GGUF file (bad magic {magic!r}): {path}")
 
@@ -129,7 +165,7 @@ class LlamaModel:
         _log_tail.clear()
         model = ll.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not model:
-            reason = _log_tail[-1] if _log_tail else "llama.cpp could not load it"
+            reason = _failure_reason("llama.cpp could not load it")
             raise ModelLoadError(f"cannot load {self.path.name}: {reason}")
         self._model = model
         self._ctx = None
@@ -156,7 +192,7 @@ class LlamaModel:
             cparams.type_k = cparams.type_v = GGML_TYPE_BF16  # see FAST_KERNELS
         ctx = ll.llama_init_from_model(model, cparams)
         if not ctx:
-            reason = _log_tail[-1] if _log_tail else "out of memory?"
+            reason = _failure_reason("out of memory?")
             self.close()
             raise ModelLoadError(f"cannot create a context for {self.path.name}: {reason}")
         self._ctx = ctx

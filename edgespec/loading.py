@@ -36,11 +36,11 @@ def _local_path(spec: str) -> Path | None:
     Raises ModelLoadError for a missing file or an unknown name, without fetching.
     """
     from .modelstore.catalog import load_catalog
+    from .modelstore.gguf_meta import check_regular_file
 
     path = Path(spec).expanduser()
     if is_model_path(spec):
-        if not path.exists():
-            raise ModelLoadError(f"model file not found: {spec}")
+        check_regular_file(path)
         return path
     catalog = load_catalog()
     if catalog.get(spec) is None:
@@ -49,17 +49,19 @@ def _local_path(spec: str) -> Path | None:
 
 
 def _checked(path: Path) -> Path:
-    """``path``, after refusing a GGUF whose metadata lacks what the engine needs.
+    """``path``, after refusing one that is not a readable regular file, or a GGUF whose
+    metadata lacks what the engine needs.
 
     Files that are not GGUF at all are left to the backend, which says so.
     """
-    from .modelstore.gguf_meta import MAGIC, check_usable
+    from .modelstore.gguf_meta import MAGIC, check_regular_file, check_usable
 
+    check_regular_file(path)  # before opening: a named pipe would block the open
     try:
         with path.open("rb") as f:
             is_gguf = f.read(4) == MAGIC
-    except OSError:
-        return path  # the backend reports it
+    except OSError as exc:
+        raise ModelLoadError(f"cannot read {path}: {exc.strerror or exc}") from None
     if is_gguf:
         check_usable(path)
     return path

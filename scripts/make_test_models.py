@@ -344,6 +344,22 @@ def build_test_models(out_dir: pathlib.Path) -> dict[str, pathlib.Path]:
     return paths
 
 
+def write_without_byte_tokens(path: pathlib.Path) -> pathlib.Path:
+    """Write a broken model: the target's SentencePiece vocabulary minus its 256 byte tokens.
+
+    llama.cpp loads it, then aborts when a prompt needs a byte fallback (e.g. "語").
+    """
+    vocab = build_vocab()
+    keep = [i for i, kind in enumerate(vocab.types) if kind != gguf.TokenType.BYTE]
+    broken = Vocab(
+        [vocab.tokens[i] for i in keep],
+        [vocab.scores[i] for i in keep],
+        [vocab.types[i] for i in keep],
+    )
+    write_gguf(path, "edgespec-test-no-byte-tokens", broken, random_weights(TARGET_SEED, len(keep)))
+    return path
+
+
 def main(argv: list[str]) -> int:
     """Command-line entry point: ``make_test_models.py OUT_DIR``."""
     if len(argv) != 2:

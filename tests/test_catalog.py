@@ -207,7 +207,8 @@ def write_gguf(path: Path, *, tokens: bool = True) -> Path:
     w.add_block_count(1)
     if tokens:
         w.add_tokenizer_model("llama")
-        w.add_token_list(["<unk>", "<s>", "</s>", "a", "b", "c"])
+        # the byte tokens too: a SentencePiece vocabulary without them is refused
+        w.add_token_list(["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256)), "a"])
     w.add_tensor("token_embd.weight", np.zeros((6, 8), dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()

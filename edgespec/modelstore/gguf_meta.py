@@ -10,6 +10,8 @@ from a loaded model). Only little-endian GGUF v2/v3 is understood, as llama.cpp.
 from __future__ import annotations
 
 import mmap
+import os
+import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +22,15 @@ from ..errors import ModelLoadError
 if TYPE_CHECKING:
     from ..backend import VocabInfo
 
-__all__ = ["GgufMeta", "GgufVocab", "check_usable", "missing_keys", "read_metadata"]
+__all__ = [
+    "GgufMeta",
+    "GgufVocab",
+    "check_regular_file",
+    "check_usable",
+    "missing_keys",
+    "read_metadata",
+    "vocab_problem",
+]
 
 MAGIC = b"GGUF"
 _SCALARS = {  # GGUF value type -> struct format
@@ -32,6 +42,14 @@ _KEEP_ARRAY = 64
 #: llama.cpp's vocabulary types by tokenizer.ggml.model (enum llama_vocab_type).
 VOCAB_TYPES = {"no_vocab": 0, "none": 0, "llama": 1, "gpt2": 2, "bert": 3, "t5": 4}
 VOCAB_TYPES |= {"rwkv": 5, "plamo2": 6}
+#: What a path that is not a regular file is, by the stat mode test that tells it.
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 @dataclass
@@ -45,6 +63,8 @@ class GgufMeta:
     kv: dict[str, Any] = field(default_factory=dict)
     array_lengths: dict[str, int] = field(default_factory=dict)
     tokens: list[str] | None = None
+    #: Raw bytes of the token texts of at most 6 bytes (where byte tokens like <0x0A> are).
+    short_tokens: set[bytes] = field(default_factory=set)
 
     @property
     def architecture(self) -> str | None:
@@ -77,13 +97,17 @@ class _Reader:
         self.pos += n
         return raw.decode("utf-8", "replace")
 
-    def skip_strings(self, count: int) -> None:
+    def skip_strings(self, count: int, short: set[bytes] | None = None) -> None:
+        """Skip ``count`` strings, adding those of at most 6 bytes to ``short`` if given."""
         buf, pos, end = self.buf, self.pos, len(self.buf)
         unpack = struct.Struct("<Q").unpack_from
         for _ in range(count):
             if pos + 8 > end:
                 raise ModelLoadError(f"cannot load {self.path.name}: GGUF metadata is truncated")
-            pos += 8 + unpack(buf, pos)[0]
+            n = unpack(buf, pos)[0]
+            if short is not None and n <= 6:
+                short.add(bytes(buf[pos + 8 : pos + 8 + n]))
+            pos += 8 + n
         if pos > end:
             raise ModelLoadError(f"cannot load {self.path.name}: GGUF metadata is truncated")
         self.pos = pos
@@ -104,6 +128,7 @@ def read_metadata(path: str | Path, *, tokens: bool = False) -> GgufMeta:
     truncated or malformed file.
     """
     path = Path(path)
+    check_regular_file(path)
     try:
         with open(path, "rb") as f:
             if f.read(4) != MAGIC:
@@ -112,6 +137,23 @@ def read_metadata(path: str | Path, *, tokens: bool = False) -> GgufMeta:
                 return _parse(_Reader(buf, path), path, tokens)
     except OSError as exc:
         raise ModelLoadError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def check_regular_file(path: str | Path) -> None:
+    """Raise ModelLoadError unless ``path`` is a regular file (after symlinks).
+
+    Looks with stat only: opening a named pipe with no writer would block forever.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise ModelLoadError(f"model file not found: {path}") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise ModelLoadError(f"cannot read {path}: {reason}") from None
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
+        raise ModelLoadError(f"cannot load {path}: it is {kind}, not a regular file")
 
 
 def _parse(r: _Reader, path: Path, want_tokens: bool) -> GgufMeta:
@@ -132,10 +174,13 @@ def _parse(r: _Reader, path: Path, want_tokens: bool) -> GgufMeta:
         itype, count = r.take("I"), r.take("Q")
         keep = count <= _KEEP_ARRAY or (want_tokens and key == "tokenizer.ggml.tokens")
         if itype == _STRING:
+            is_vocab = key == "tokenizer.ggml.tokens"
             if keep:
                 items = [r.string() for _ in range(count)]
+                if is_vocab:
+                    meta.short_tokens = {t.encode() for t in items if len(t.encode()) <= 6}
             else:
-                r.skip_strings(count)
+                r.skip_strings(count, meta.short_tokens if is_vocab else None)
         elif itype in _SCALARS:
             width = struct.calcsize("<" + _SCALARS[itype])
             if keep:
@@ -172,6 +217,31 @@ def missing_keys(meta: GgufMeta) -> list[str]:
     return missing
 
 
+def vocab_problem(meta: GgufMeta) -> str | None:
+    """Why llama.cpp could not tokenize every text with ``meta``'s vocabulary, or None.
+
+    A SentencePiece vocabulary (``llama``) spells a character it lacks as byte tokens
+    ``<0xNN>`` (or the byte itself, for ASCII); llama.cpp aborts the process when one
+    of those is missing, so every byte needs one.
+    """
+    if meta.kv.get("tokenizer.ggml.model") != "llama":
+        return None
+    have = meta.short_tokens
+    missing = [
+        b
+        for b in range(256)
+        # llama.cpp's fallback looks the byte up as a C string: NUL is the empty one
+        if f"<0x{b:02X}>".encode() not in have
+        and (b >= 0x80 or bytes([b]).strip(b"\0") not in have)
+    ]
+    if not missing:
+        return None
+    return (
+        f"its SentencePiece vocabulary lacks byte tokens (<0x00>..<0xFF>: {len(missing)} of 256"
+        f" missing, e.g. <0x{missing[0]:02X}>), so llama.cpp cannot tokenize text outside it"
+    )
+
+
 def check_usable(path: str | Path) -> GgufMeta:
     """Raise ModelLoadError naming what is missing if ``path`` cannot run in edgespec."""
     meta = read_metadata(path)
@@ -181,6 +251,9 @@ def check_usable(path: str | Path) -> GgufMeta:
         raise ModelLoadError(
             f"{meta.path.name} lacks GGUF metadata the engine needs: {', '.join(missing)}{why}"
         )
+    problem = vocab_problem(meta)
+    if problem:
+        raise ModelLoadError(f"cannot use {meta.path.name}: {problem}")
     return meta
 
 
