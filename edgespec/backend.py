@@ -35,7 +35,7 @@ if not FAST_KERNELS:
 import llama_cpp as ll  # noqa: E402  (must follow the environment set-up above)
 
 from .errors import BackendError, ContextFullError, ModelLoadError  # noqa: E402
-from .modelstore.gguf_meta import check_regular_file  # noqa: E402
+from .files import check_regular_file  # noqa: E402
 
 DEFAULT_CTX = 4096
 DEFAULT_BATCH = 512

@@ -8,6 +8,7 @@ from .backend import DEFAULT_CTX, LlamaModel
 from .drafting import Drafter
 from .drafting.build import build_drafter, is_model_path, parse_draft_spec
 from .errors import ModelLoadError
+from .files import check_regular_file
 
 
 def resolve_model(spec: str) -> Path:
@@ -36,7 +37,6 @@ def _local_path(spec: str) -> Path | None:
     Raises ModelLoadError for a missing file or an unknown name, without fetching.
     """
     from .modelstore.catalog import load_catalog
-    from .modelstore.gguf_meta import check_regular_file
 
     path = Path(spec).expanduser()
     if is_model_path(spec):
@@ -54,7 +54,7 @@ def _checked(path: Path) -> Path:
 
     Files that are not GGUF at all are left to the backend, which says so.
     """
-    from .modelstore.gguf_meta import MAGIC, check_regular_file, check_usable
+    from .modelstore.gguf_meta import MAGIC, check_usable
 
     check_regular_file(path)  # before opening: a named pipe would block the open
     try:

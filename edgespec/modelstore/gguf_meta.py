@@ -10,14 +10,13 @@ from a loaded model). Only little-endian GGUF v2/v3 is understood, as llama.cpp.
 from __future__ import annotations
 
 import mmap
-import os
-import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ModelLoadError
+from ..files import check_regular_file
 
 if TYPE_CHECKING:
     from ..backend import VocabInfo
@@ -25,7 +24,6 @@ if TYPE_CHECKING:
 __all__ = [
     "GgufMeta",
     "GgufVocab",
-    "check_regular_file",
     "check_usable",
     "missing_keys",
     "read_metadata",
@@ -42,14 +40,6 @@ _KEEP_ARRAY = 64
 #: llama.cpp's vocabulary types by tokenizer.ggml.model (enum llama_vocab_type).
 VOCAB_TYPES = {"no_vocab": 0, "none": 0, "llama": 1, "gpt2": 2, "bert": 3, "t5": 4}
 VOCAB_TYPES |= {"rwkv": 5, "plamo2": 6}
-#: What a path that is not a regular file is, by the stat mode test that tells it.
-_FILE_KINDS = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISFIFO, "a named pipe"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
 
 
 @dataclass
@@ -137,23 +127,6 @@ def read_metadata(path: str | Path, *, tokens: bool = False) -> GgufMeta:
                 return _parse(_Reader(buf, path), path, tokens)
     except OSError as exc:
         raise ModelLoadError(f"cannot read {path}: {exc.strerror or exc}") from None
-
-
-def check_regular_file(path: str | Path) -> None:
-    """Raise ModelLoadError unless ``path`` is a regular file (after symlinks).
-
-    Looks with stat only: opening a named pipe with no writer would block forever.
-    """
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        raise ModelLoadError(f"model file not found: {path}") from None
-    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise ModelLoadError(f"cannot read {path}: {reason}") from None
-    if not stat.S_ISREG(mode):
-        kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
-        raise ModelLoadError(f"cannot load {path}: it is {kind}, not a regular file")
 
 
 def _parse(r: _Reader, path: Path, want_tokens: bool) -> GgufMeta:
