@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from ..errors import InvalidParameterError
 from ..files import replace_file
 from ..params import check_gamma, check_max_tokens
-from .options import DEFAULT_TARGET, cli_type, cli_value
+from .options import DEFAULT_TARGET, cli_type, cli_value, parse_ctx
 
 if TYPE_CHECKING:
     from ..bench.runner import BenchSetup
@@ -59,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--threads", type=int, default=None, help="CPU threads (0: all cores, the default)"
     )
-    p.add_argument("--ctx", type=int, default=4096, help="context length in tokens")
+    p.add_argument("--ctx", type=parse_ctx, default=4096, help="context length in tokens")
     p.add_argument("--json", type=Path, default=None, help="write the full report here")
     p.add_argument("--chart", type=Path, default=None, help="write a PNG chart here")
     p.add_argument(

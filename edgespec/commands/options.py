@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from ..engine import DEFAULT_GAMMA, DEFAULT_MAX_TOKENS
 from ..errors import InvalidParameterError
-from ..params import check_gamma, check_max_tokens, check_seed
+from ..params import check_gamma, check_max_tokens, check_seed, check_whole
 from ..sampling import (
     DEFAULT_MIN_P,
     DEFAULT_TEMPERATURE,
@@ -107,9 +107,7 @@ def cli_value(text: str) -> int | str:
 
 def check_ctx(value: int | str) -> int:
     """A --ctx value: a whole number of tokens, at least llama.cpp's smallest context."""
-    if not isinstance(value, int) or value < MIN_CTX:
-        raise InvalidParameterError(f"ctx must be a whole number >= {MIN_CTX}, got {value!r}")
-    return value
+    return check_whole(value, name="ctx", minimum=MIN_CTX)
 
 
 parse_ctx = cli_type(check_ctx)
