@@ -3,6 +3,7 @@ the GGUF metadata reader (edgespec/gguf_meta.py)."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -266,3 +267,19 @@ def test_vocab_rule_on_metadata_matches_llama_cpp(synthetic_models: dict[str, Pa
             assert from_meta == loaded, name
     finally:
         target.close()
+
+
+@pytest.mark.parametrize("text", ["x = " + "[" * 100_000, "x = " + "{a = " * 100_000])
+def test_a_catalog_nested_too_deeply_is_one_catalog_error(text: str) -> None:
+    with pytest.raises(CatalogError, match="nested too deeply"):
+        parse_catalog(text, "deep.toml")
+
+
+def test_a_named_pipe_as_catalog_is_refused_without_reading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fifo = tmp_path / "catalog.toml"
+    os.mkfifo(fifo)
+    monkeypatch.setenv("EDGESPEC_CATALOG", str(fifo))
+    with pytest.raises(CatalogError, match="not a regular file"):
+        load_catalog()

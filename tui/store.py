@@ -159,7 +159,10 @@ class ConversationStore:
 
     def load(self, conv_id: str) -> Conversation:
         """Read one conversation (OSError or ValueError if missing or malformed)."""
-        with open(self.path(conv_id), encoding="utf-8") as f:
+        path = self.path(conv_id)
+        if path.exists() and not path.is_file():  # a named pipe would block the read
+            raise ValueError(f"{path.name} is not a regular file")
+        with open(path, encoding="utf-8") as f:
             text = f.read()
         try:
             data = json.loads(text)

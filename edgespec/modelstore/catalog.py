@@ -216,6 +216,8 @@ def _shipped_catalog() -> Catalog:
 
 def _load_file(path: Path) -> Catalog:
     try:
+        if path.exists() and not path.is_file():  # a named pipe would block the read
+            raise CatalogError(f"cannot read catalog {path}: not a regular file")
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise CatalogError(f"cannot read catalog {path}: {exc}") from None
@@ -228,6 +230,8 @@ def parse_catalog(text: str, origin: str = "<catalog>") -> Catalog:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise CatalogError(f"{origin}: not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses once per level of nested arrays and tables
+        raise CatalogError(f"{origin}: not valid TOML: nested too deeply") from None
     _keys(data, {"schema", "models", "pairs"}, origin)
     if data.get("schema", 1) != 1:
         raise CatalogError(f"{origin}: unsupported schema {data['schema']!r} (expected 1)")

@@ -117,3 +117,12 @@ def test_wrong_shapes_are_skipped_and_counted(tmp_path: Path) -> None:
         with pytest.raises(ValueError):  # one error type, never a RecursionError or TypeError
             store.load(name)
     assert store.load(good.id).messages == good.messages
+
+
+def test_a_named_pipe_among_conversations_is_skipped_not_read(tmp_path: Path) -> None:
+    store = ConversationStore(tmp_path)
+    good = Conversation(target="t", draft="d")
+    store.save(good)
+    os.mkfifo(tmp_path / "conversations" / "pipe.json")
+    conversations, skipped = store.scan()
+    assert [c.id for c in conversations] == [good.id] and skipped == 1
