@@ -87,7 +87,7 @@ def classify(rc: int | None, stderr: str) -> Outcome:
     if rc == 0:
         return Outcome("ok", rc, stderr)
     lines = [ln for ln in stderr.splitlines() if ln.strip()]
-    if len(lines) == 1 and lines[0].startswith("edgespec:"):
+    if lines and all(ln.startswith("edgespec:") for ln in lines):  # progress + the error
         return Outcome("oneline", rc, stderr)
     return Outcome("multiline", rc, stderr)
 
@@ -303,14 +303,18 @@ CACHE_CASES: list[tuple[str, object]] = [
     ("entry seconds NaN/neg", b'{"k": {"seconds": [NaN, -1, 1e999], "version": 2}}'),
     ("empty file", b""),
     ("NUL bytes", b"\0" * 4096),
-    ("a directory", "dir"),
+    ("an empty directory", "dir"),
+    ("a non-empty directory (kept: not edgespec's to delete)", "fulldir"),
     ("a FIFO", "fifo"),
     ("dangling symlink", "dangling"),
 ]
 
 
 def cache_entries(path: Path) -> dict | None:
+    """The cache file's JSON object, or None (never opens a FIFO: that would block)."""
     try:
+        if not path.is_file():
+            return None
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return None
@@ -328,9 +332,10 @@ def probe_state(tmp: Path, env: dict[str, str], target: Path, draft: Path) -> Cl
         cdir = tmp / f"cache{i}"
         cdir.mkdir()
         cfile = cdir / "calibration.json"
-        if content == "dir":
+        if content in ("dir", "fulldir"):
             cfile.mkdir()
-            (cfile / "x").write_text("x")
+            if content == "fulldir":
+                (cfile / "x").write_text("x")
         elif content == "fifo":
             os.mkfifo(cfile)
         elif content == "dangling":
@@ -345,9 +350,21 @@ def probe_state(tmp: Path, env: dict[str, str], target: Path, draft: Path) -> Cl
             st.add(lab, out)
             if out.kind != "ok":
                 st.notes.append((lab, out.kind, head(out.stderr)))
-        entries = cache_entries(cfile)
-        if not entries:
-            st.lost(f"cache {label}", "cache not rebuilt as a readable JSON object with entries")
+        # a curve measured while the machine is busy (noisy) is not cached by design:
+        # calibrate again a few times before calling the cache lost
+        noisy = False
+        for _ in range(4):
+            if cache_entries(cfile):
+                break
+            again = run(calib[:-1], e)  # without --json: it says when a curve is not cached
+            noisy = "not cached" in again.stdout + again.stderr
+        if not cache_entries(cfile):
+            if noisy:
+                st.notes.append((f"cache {label}", "not rebuilt", "busy machine: not cached"))
+            elif content == "fulldir":
+                st.notes.append((f"cache {label}", "not replaced", "directory left in place"))
+            else:
+                st.lost(f"cache {label}", "not rebuilt as a readable JSON object with entries")
 
     # kills: SIGKILL a refreshing calibration at various moments; the cache must stay
     # readable and keep the other model's curve
@@ -355,10 +372,14 @@ def probe_state(tmp: Path, env: dict[str, str], target: Path, draft: Path) -> Cl
     kdir.mkdir()
     e = dict(env, EDGESPEC_CACHE_DIR=str(kdir))
     other = base + ["calibrate", "--target", str(draft), "--threads", "1", "--json"]
-    out = run(other, e)
-    before = cache_entries(kdir / "calibration.json") or {}
+    for _ in range(5):  # a noisy (busy machine) curve is not cached: try again
+        out = run(other, e)
+        before = cache_entries(kdir / "calibration.json") or {}
+        if before:
+            break
     if out.kind != "ok" or not before:
         st.add("kill setup: calibrate the other model", out)
+        st.notes.append(("kill setup", "no cached curve to lose", head(out.stderr)))
     for delay in (0.05, 0.2, 0.35, 0.5, 0.65, 0.8, 0.95, 1.2):
         p = subprocess.Popen(
             calib + ["--refresh"],
@@ -374,8 +395,11 @@ def probe_state(tmp: Path, env: dict[str, str], target: Path, draft: Path) -> Cl
         p.wait()
         st.tried += 1
         st.counts["killed"] = st.counts.get("killed", 0) + 1
-        now = cache_entries(kdir / "calibration.json")
-        if now is None or any(k not in now for k in before):
+        cpath = kdir / "calibration.json"
+        now = cache_entries(cpath)
+        if (now is None and (before or os.path.lexists(cpath))) or any(
+            k not in (now or {}) for k in before
+        ):
             st.lost(f"SIGKILL calibrate --refresh after {delay}s", f"cache now {now!r:.200}")
     out = run(calib, e)
     st.add("calibrate after the kills", out)
@@ -457,7 +481,8 @@ def probe_conversations(tmp: Path, env: dict[str, str], st: ClassStats) -> None:
         out = run([PY, "-c", CONV_SCRIPT, str(root), str(REPO)], env, timeout=30)
         lab = f"conversation file: {label}"
         st.add(lab, out)
-        if out.kind == "ok" and out.stdout.split() != ["1", "1"]:
+        want = ["1", "2"] if content == "loop" else ["1", "1"]  # loop: both links skipped
+        if out.kind == "ok" and out.stdout.split() != want:
             st.notes.append((lab, "scan (loaded, skipped) not (1, 1)", out.stdout.strip()))
         if not (root / "conversations" / f"{conv.id}.json").exists():
             st.lost(lab, "the good conversation file is gone")
@@ -485,6 +510,7 @@ file = "{file}"
 context_length = 1024
 chat_template = false
 license = "mit"
+sha256 = ""
 sources = [ {{ type = "hf", repo = "{repo}", filename = "{filename}", revision = "main" }} ]
 """
 
@@ -516,7 +542,7 @@ def catalog_cases() -> list[tuple[str, object]]:
         ("source type ftp", good.replace('type = "hf"', 'type = "ftp"')),
         ("size negative", good.replace("license", "size = -5\nlicense")),
         ("size a string", good.replace("license", 'size = "big"\nlicense')),
-        ("sha256 not hex", good.replace("license", 'sha256 = "zz"\nlicense')),
+        ("sha256 not hex", good.replace('sha256 = ""', 'sha256 = "zz"')),
         ("context_length string", good.replace("context_length = 1024", 'context_length = "x"')),
         ("models a list", "schema = 1\nmodels = [1, 2]\n"),
         ("schema 99", good.replace("schema = 1", "schema = 99")),
@@ -829,6 +855,22 @@ def stop_server(srv: Server) -> None:
             srv.proc.wait()
 
 
+def probe_slow_body(port: int, raw: bytes, st: ClassStats, tally, label: str) -> None:
+    """A client that announces a big body and never sends it: the server may wait for
+    it, but must go on answering other clients meanwhile."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(raw)
+        time.sleep(0.5)
+        code = send(port, req("GET", "/health"), timeout=30)
+        tally(label + ": another client's /health meanwhile", code, 2)
+        s.settimeout(10)
+        try:
+            got = s.recv(100)
+        except OSError:
+            got = None
+        st.notes.append((label, "slow client", f"after 10 s the server sent {got!r:.60}"))
+
+
 def stream_then_close(port: int, path: str, body: dict) -> None:
     raw = req("POST", path, js(body))
     with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
@@ -858,6 +900,9 @@ def probe_http(tmp: Path, env: dict[str, str], target: Path) -> tuple[ClassStats
         if code is None:
             st.counts["hang"] = st.counts.get("hang", 0) + 1
             st.bad.append((label, "hang", "no response within 30 s"))
+        elif code in (501, 505):  # unknown method / HTTP version: the protocol's answer
+            st.counts["answered"] = st.counts.get("answered", 0) + 1
+            st.notes.append((label, "status", str(code)))
         elif code and code >= 500:
             st.counts["5xx"] = st.counts.get("5xx", 0) + 1
             info["fivexx"].append((label, code))
@@ -871,6 +916,9 @@ def probe_http(tmp: Path, env: dict[str, str], target: Path) -> tuple[ClassStats
 
     try:
         for label, raw, half in http_cases():
+            if label.startswith("Content-Length huge, client keeps"):
+                probe_slow_body(srv.port, raw, st, tally, label)
+                continue
             try:
                 code = send(srv.port, raw, half_close=half, timeout=30)
             except OSError as exc:
@@ -958,8 +1006,9 @@ def probe_http(tmp: Path, env: dict[str, str], target: Path) -> tuple[ClassStats
             env,
             timeout=15,
         )
-        if out.kind == "hang":
-            out = Outcome("hang", None, "served with --ctx " + ctx)
+        if out.kind == "hang":  # it started serving: accepted (llama.cpp caps the context)
+            st.notes.append((f"serve --ctx {ctx}", "served", "accepted, server started"))
+            out = Outcome("ok", None, "served")
         st.add(f"serve --ctx {ctx}", out)
     return st, info
 
@@ -970,6 +1019,12 @@ def probe_http(tmp: Path, env: dict[str, str], target: Path) -> tuple[ClassStats
 def main(argv: list[str]) -> int:
     skip_http = "--skip-http" in argv
     t0 = time.monotonic()
+
+    def watchdog(*_):
+        raise TimeoutError("probe_bad_input: the whole run took over 15 minutes")
+
+    signal.signal(signal.SIGALRM, watchdog)
+    signal.alarm(900)
     tmp = Path(tempfile.mkdtemp(prefix="edgespec-probe-"))
     stats: list[ClassStats] = []
     http_info: dict | None = None
