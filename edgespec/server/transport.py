@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import select
 import socket
+import time
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
@@ -39,6 +40,43 @@ class JsonHandler(BaseHTTPRequestHandler):
         self._send_json(code, ApiError(code, message or explain or "bad request").body())
 
     def _read_body(self) -> None:
+        """Read the body within ``timeout`` seconds in all (a 408 after), so a client
+        that trickles its body, or announces one and never sends it, cannot hold
+        a connection forever."""
+        budget = getattr(self, "timeout", None)
+        self._body_deadline = None if budget is None else time.monotonic() + budget
+        try:
+            self._read_body_within()
+        except TimeoutError:
+            self.close_connection = True
+            self._linger = True  # the client may still be sending: close gently
+            raise ApiError(
+                408, f"the request body did not arrive within {budget:g} s", code="timeout"
+            ) from None
+        finally:
+            if budget is not None:
+                self.connection.settimeout(budget)
+
+    def _tick(self) -> None:
+        """Let the next socket read wait only for what is left of the body's time."""
+        if self._body_deadline is not None:
+            left = self._body_deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            self.connection.settimeout(left)
+
+    def _read_exactly(self, n: int) -> bytes:
+        parts = []
+        while n > 0:
+            self._tick()
+            got = self.rfile.read1(min(n, 1 << 16))
+            if not got:
+                break
+            parts.append(got)
+            n -= len(got)
+        return b"".join(parts)
+
+    def _read_body_within(self) -> None:
         limit = self.server.max_body
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             self._raw = self._read_chunked(limit)
@@ -61,7 +99,7 @@ class JsonHandler(BaseHTTPRequestHandler):
         if n > limit:
             self._discard(n)
             raise _too_large(n, limit)
-        self._raw = self.rfile.read(n)
+        self._raw = self._read_exactly(n)
         if len(self._raw) < n:
             raise ConnectionError("the client sent less than its Content-Length")
 
@@ -70,6 +108,7 @@ class JsonHandler(BaseHTTPRequestHandler):
         out = bytearray()
         total = 0
         while True:
+            self._tick()
             line = self.rfile.readline(1024)
             try:
                 size = int(line.split(b";")[0].strip(), 16)
@@ -88,7 +127,7 @@ class JsonHandler(BaseHTTPRequestHandler):
             if total > max(4 * limit, 16 << 20):  # too much to read just to refuse: close
                 self.close_connection = True
                 raise _too_large(total, limit)
-            data = self.rfile.read(size)
+            data = self._read_exactly(size)
             if len(data) < size:
                 raise ConnectionError("the client closed mid-body")
             if total <= limit:
@@ -101,7 +140,8 @@ class JsonHandler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         while n > 0:
-            got = self.rfile.read(min(n, 1 << 16))
+            self._tick()
+            got = self.rfile.read1(min(n, 1 << 16))
             if not got:
                 raise ConnectionError("the client closed mid-body")
             n -= len(got)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -309,3 +310,33 @@ def test_an_api_key_no_client_can_send_is_refused(plain_session: CompletionSessi
 
     with pytest.raises(InvalidParameterError, match="API key must be printable ASCII"):
         EdgespecServer(("127.0.0.1", 0), plain_session, api_key=key)
+
+
+@pytest.mark.parametrize("trickle", [False, True])
+def test_a_body_that_does_not_arrive_in_time_is_408(
+    plain_server: Running, monkeypatch: pytest.MonkeyPatch, trickle: bool
+) -> None:
+    """A body announced and never sent, or trickled a byte at a time (each byte within
+    the idle timeout), is answered 408 once the handler's timeout has passed in all."""
+    from edgespec.server.app import Handler
+
+    monkeypatch.setattr(Handler, "timeout", 1.0)
+    host, port = plain_server.base.removeprefix("http://").split(":")
+    head = (
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Authorization: Bearer %s\r\nContent-Length: 100\r\n\r\n" % API_KEY.encode()
+    )
+    with socket.create_connection((host, int(port)), timeout=20) as s:
+        s.sendall(head + b"{")
+        reply = b""
+        for _ in range(40 if trickle else 0):  # 40 x 0.1 s: past the 1 s budget
+            time.sleep(0.1)
+            try:
+                s.sendall(b" ")
+            except OSError:
+                break
+        while chunk := s.recv(65536):
+            reply += chunk
+    assert b" 408 " in reply.split(b"\r\n")[0]
+    assert json.loads(reply.partition(b"\r\n\r\n")[2])["error"]["code"] == "timeout"
+    assert plain_server.health()["status"] == "ok"
