@@ -26,11 +26,13 @@ def _whole(value: object) -> int | None:
         return None
 
 
-def check_whole(value: object, *, name: str, minimum: int = 0) -> int:
-    """value, when it is a whole number >= minimum."""
+def check_whole(value: object, *, name: str, minimum: int = 0, maximum: int | None = None) -> int:
+    """value, when it is a whole number >= minimum (and <= maximum, where one is given)."""
     n = _whole(value)
     if n is None or n < minimum:
         raise InvalidParameterError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+    if maximum is not None and n > maximum:
+        raise InvalidParameterError(f"{name} must be at most {maximum:,}, got {value!r}")
     return n
 
 

@@ -76,3 +76,15 @@ def test_cli_types_use_the_same_checks() -> None:
     for parse, text, message in cases:
         with pytest.raises(argparse.ArgumentTypeError, match=message):
             parse(text)
+
+
+def test_ctx_has_a_ceiling() -> None:
+    """--ctx 999999999999 was accepted (and silently capped): it is now refused in one line."""
+    from edgespec.commands.options import MAX_CTX, MIN_CTX, parse_ctx
+
+    assert parse_ctx(str(MIN_CTX)) == MIN_CTX and parse_ctx(str(MAX_CTX)) == MAX_CTX
+    for text in ("999999999999", str(MAX_CTX + 1)):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"^ctx must be at most 16,777,216"):
+            parse_ctx(text)
+    with pytest.raises(argparse.ArgumentTypeError, match=r"^ctx must be a whole number >= 256"):
+        parse_ctx("255")

@@ -26,6 +26,7 @@ T = TypeVar("T")
 #: llama.cpp pads every context to a multiple of 256 tokens: a smaller --ctx would
 #: silently become 256, so it is refused instead.
 MIN_CTX = 256
+MAX_CTX = 1 << 24  # 16,777,216 tokens: above every GGUF's training context
 
 
 DRAFT_HELP = (
@@ -106,8 +107,9 @@ def cli_value(text: str) -> int | str:
 
 
 def check_ctx(value: int | str) -> int:
-    """A --ctx value: a whole number of tokens, at least llama.cpp's smallest context."""
-    return check_whole(value, name="ctx", minimum=MIN_CTX)
+    """A --ctx value: a whole number of tokens, at least llama.cpp's smallest context and
+    at most MAX_CTX (the backend caps it further at the model's training length)."""
+    return check_whole(value, name="ctx", minimum=MIN_CTX, maximum=MAX_CTX)
 
 
 parse_ctx = cli_type(check_ctx)
