@@ -35,6 +35,18 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+def _field(d: dict[str, Any], name: str, kind: type, default: Any, what: str) -> Any:
+    """d[name] when it has the right JSON type (or is absent: default), else ValueError."""
+    v = d.get(name, default)
+    if v is not default and (not isinstance(v, kind) or (kind is not bool and isinstance(v, bool))):
+        raise ValueError(f"a {what}'s {name} must be a {kind.__name__}")
+    return v
+
+
+def _number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
 def new_id() -> str:
     """A sortable, unique conversation id: UTC time plus random hex."""
     return datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
@@ -59,17 +71,25 @@ class StoredMessage:
             raise ValueError("a message needs string role and content")
         segs = d.get("segments")
         if segs is not None and not (
-            isinstance(segs, list) and all(isinstance(s, list) and len(s) == 2 for s in segs)
+            isinstance(segs, list)
+            and all(
+                isinstance(s, list) and len(s) == 2 and all(isinstance(x, str) for x in s)
+                for s in segs
+            )
         ):
-            raise ValueError("a message's segments must be [kind, text] pairs")
+            raise ValueError("a message's segments must be [kind, text] pairs of strings")
         stats = d.get("stats")
-        if stats is not None and not isinstance(stats, dict):
-            raise ValueError("a message's stats must be a JSON object")
+        if stats is not None and not (
+            isinstance(stats, dict)
+            and all(_number(v) or (isinstance(v, list) and all(map(_number, v)))
+                    for v in stats.values())
+        ):  # fmt: skip
+            raise ValueError("a message's stats must be a JSON object of numbers")
         return cls(
             role=d["role"],
             content=d["content"],
-            segments=[(str(k), str(t)) for k, t in segs] if segs else None,
-            stopped=bool(d.get("stopped", False)),
+            segments=[(k, t) for k, t in segs] if segs else None,
+            stopped=_field(d, "stopped", bool, False, "message"),
             stats=stats,
         )
 
@@ -103,14 +123,17 @@ class Conversation:
             raise ValueError("a conversation's messages must be a list")
         if d.get("draft") is not None and not isinstance(d["draft"], str):
             raise ValueError("a conversation's draft must be a string")
+        mode = _field(d, "mode", str, "chat", "conversation")
+        if mode not in ("chat", "completion"):
+            raise ValueError(f"a conversation's mode must be chat or completion, not {mode!r}")
         return cls(
             id=d["id"],
-            title=str(d.get("title", "")),
-            created=str(d.get("created", "")),
-            updated=str(d.get("updated", "")),
-            target=str(d.get("target", "")),
+            title=_field(d, "title", str, "", "conversation"),
+            created=_field(d, "created", str, "", "conversation"),
+            updated=_field(d, "updated", str, "", "conversation"),
+            target=_field(d, "target", str, "", "conversation"),
             draft=d.get("draft"),
-            mode=str(d.get("mode", "chat")),
+            mode=mode,
             messages=[StoredMessage.from_json(m) for m in messages],
         )
 
@@ -168,7 +191,10 @@ class ConversationStore:
             data = json.loads(text)
         except RecursionError:  # json.loads recurses once per level of nesting
             raise ValueError("nested too deeply to be a conversation") from None
-        return Conversation.from_json(data)
+        conv = Conversation.from_json(data)
+        if conv.id != conv_id:  # saving it would write another file (or fail on a bad id)
+            raise ValueError(f"{path.name} holds conversation {conv.id!r}")
+        return conv
 
     def scan(self) -> tuple[list[Conversation], int]:
         """Every readable conversation, most recently updated first, and how many were not.

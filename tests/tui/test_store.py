@@ -89,6 +89,17 @@ WRONG_SHAPES = {
     "deep": '{"id": "deep", "messages": ' + "[" * 100_000 + "]" * 100_000 + "}",
     "deeplist": "[" * 100_000 + "]" * 100_000,
     "badutf8": b'{"id": "badutf8", "title": "\xff\xfe", "messages": []}',
+    # right shape, wrong field types: these loaded (as "{}" or "7") before
+    "updated": '{"id": "updated", "updated": {}, "messages": []}',
+    "title": '{"id": "title", "title": 7, "messages": []}',
+    "target": '{"id": "target", "target": null, "messages": []}',
+    "mode": '{"id": "mode", "mode": "poetry", "messages": []}',
+    "stopped": '{"id": "stopped", "messages": [{"role": "user", "content": "a", "stopped": 1}]}',
+    "segnum": '{"id": "segnum", "messages": [{"role": "assistant", "content": "a",'
+    ' "segments": [["accepted", 5]]}]}',
+    "statstr": '{"id": "statstr", "messages": [{"role": "user", "content": "a",'
+    ' "stats": {"generated": "many"}}]}',
+    "otherid": '{"id": "someone-else", "messages": []}',
 }
 
 
