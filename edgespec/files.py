@@ -6,7 +6,6 @@ Also :func:`check_regular_file`, which refuses a model path that is no regular f
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import stat
 import threading
@@ -32,23 +31,37 @@ def replace_file(path: Path, write: Callable[[Path], object]) -> None:
 
 
 @contextlib.contextmanager
-def exclusive_lock(lock_path: Path, on_wait: Callable[[], object] | None = None) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``lock_path`` (created if absent) for the duration.
+def exclusive_lock(
+    lock_path: Path,
+    on_wait: Callable[[], object] | None = None,
+    *,
+    remove: bool = False,
+) -> Iterator[None]:
+    """Hold an exclusive lock on ``lock_path`` (created if absent) for the duration.
 
-    Serialises processes, and threads too (each call opens its own descriptor); ``on_wait``
-    is called once if another holder makes this one wait. Raises OSError.
+    A :class:`filelock.FileLock` (``flock`` on POSIX, ``msvcrt.locking`` on Windows), so
+    it serialises processes, and threads too (each call takes its own lock object and
+    descriptor). ``on_wait`` is called once if another holder makes this one wait.
+    With ``remove`` the holder unlinks the lock file before letting go, so nothing is
+    left behind: filelock (4.0 on) notices when the file it locked was unlinked
+    meanwhile and takes the one now at the path instead. Raises OSError.
     """
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    from filelock import FileLock, Timeout  # imported here: most commands never lock
+
+    lock = FileLock(str(lock_path))
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if on_wait is not None:
-                on_wait()
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        lock.acquire(timeout=0)
+    except Timeout:
+        if on_wait is not None:
+            on_wait()
+        lock.acquire()
+    try:
         yield
     finally:
-        os.close(fd)  # closing the descriptor releases the lock
+        if remove:
+            with contextlib.suppress(OSError):  # Windows: an open file cannot be unlinked
+                lock_path.unlink()
+        lock.release()
 
 
 #: What a path that is not a regular file is, by the stat mode test that tells it.

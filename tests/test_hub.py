@@ -9,7 +9,6 @@ file, offline mode, HF_TOKEN, and falling back to the next source.
 from __future__ import annotations
 
 import errno
-import fcntl
 import hashlib
 import logging
 import os
@@ -106,11 +105,9 @@ def _reset_bar() -> None:
 
 @pytest.fixture
 def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make huggingface_hub stream in 1 KiB chunks and retry without sleeping."""
-    from huggingface_hub import constants, file_download
-
-    monkeypatch.setattr(constants, "DOWNLOAD_CHUNK_SIZE", 1024)
-    monkeypatch.setattr(file_download.time, "sleep", lambda _s: None)
+    """Stream in 1 KiB chunks and retry without waiting."""
+    monkeypatch.setattr(hubmod, "CHUNK_SIZE", 1024)
+    monkeypatch.setattr(hubmod, "RETRY_WAIT", 0)
 
 
 # ----------------------------------------------------------------------------- success
@@ -290,12 +287,10 @@ def test_disk_full_before_download(
 def test_disk_full_during_download(
     fake_hub: FakeHub, gguf: bytes, tmp_path: Path, monkeypatch
 ) -> None:
-    from huggingface_hub import file_download
-
     def full(*_a: Any, **_k: Any) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(file_download, "http_get", full)
+    monkeypatch.setattr(hubmod, "_transfer", full)
     with pytest.raises(ModelFetchError, match="No space left on device") as exc:
         ensure_catalog_model(entry(gguf), directory=tmp_path)
     assert "\n" not in str(exc.value)
@@ -414,15 +409,16 @@ def test_lock_file_removed_by_its_holder_is_relocked_by_a_waiter(tmp_path: Path)
     seen: list[str] = []
 
     def waiter() -> None:
+        from filelock import FileLock, Timeout
+
         with store.locked(lock, lambda _msg: waiting.set()):
-            fd = os.open(lock, os.O_RDWR)  # a third taker, through the path
+            third = FileLock(str(lock))  # a third taker, through the path
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                third.acquire(timeout=0)
+                third.release()
                 seen.append("not exclusive")
-            except BlockingIOError:
+            except Timeout:
                 seen.append("exclusive")
-            finally:
-                os.close(fd)
 
     with store.locked(lock, store.quiet):
         t = threading.Thread(target=waiter)

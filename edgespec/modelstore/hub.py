@@ -1,11 +1,13 @@
 """The Hugging Face Hub source: one file of a model repository, resumable.
 
-Hub access goes through ``huggingface_hub``: :func:`get_hf_file_metadata` for the
-HEAD of the ``/resolve/`` URL (redirects, ETag, ``X-Linked-Size``, ``X-Repo-Commit``,
-and its errors for gated, private or missing repos), and its ``http_get`` for the
-transfer (retries, ``Range`` resume within a run, its progress bar protocol). So
-``HF_ENDPOINT`` (read at call time), ``HF_TOKEN`` / the saved login and
-``HF_HUB_OFFLINE`` apply as they do for ``hf_hub_download``.
+Hub access goes through ``huggingface_hub``'s public API: :func:`get_hf_file_metadata`
+for the HEAD of the ``/resolve/`` URL (redirects, ETag, ``X-Linked-Size``,
+``X-Repo-Commit``, and its errors for gated, private or missing repos), and
+:func:`get_session` (its configured ``httpx2.Client``) for the transfer, which this
+module does itself: ``Range`` requests, resuming within a run after a dropped
+connection, a progress bar. So ``HF_ENDPOINT`` (read at call time), ``HF_TOKEN`` /
+the saved login, ``HF_HUB_OFFLINE`` and ``HF_HUB_DOWNLOAD_TIMEOUT`` apply as they do
+for ``hf_hub_download``.
 
 Why not ``hf_hub_download`` itself: since huggingface_hub 1.x it downloads into a
 process-unique temporary file and deletes it on any failure, so a download
@@ -24,6 +26,7 @@ import errno
 import logging
 import os
 import re
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +43,12 @@ __all__ = ["DEFAULT_ENDPOINT", "endpoint", "fetch_hub", "is_offline", "partial_p
 DEFAULT_ENDPOINT = "https://huggingface.co"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _TRUE = {"1", "on", "yes", "true"}
+#: Bytes asked of the connection at a time while downloading.
+CHUNK_SIZE = 1 << 20
+#: Attempts in a row that may end without a new byte before the transfer gives up.
+RETRIES = 5
+#: Seconds between attempts.
+RETRY_WAIT = 1.0
 
 
 def endpoint() -> str:
@@ -84,7 +93,6 @@ def fetch_hub(
     if is_offline():
         raise ModelFetchError(f"{where}: Hugging Face Hub offline mode is on (HF_HUB_OFFLINE)")
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
-    from huggingface_hub.file_download import http_get
     from huggingface_hub.utils import build_hf_headers
 
     base = endpoint()
@@ -132,16 +140,8 @@ def fetch_hub(
     else:
         say(f"downloading {where} ...")
     try:
-        with _quiet_hub(), open(partial, "ab") as f:
-            http_get(
-                download_url,
-                f,
-                resume_size=have,
-                headers=headers,
-                expected_size=total,
-                displayed_filename=dest.name,
-                tqdm_class=bar or _SilentBar,
-            )
+        with _quiet_hub():
+            _transfer(download_url, partial, total, headers, dest.name, bar)
     except Exception as exc:  # noqa: BLE001 - mapped to one line below, or re-raised
         raise _explain(exc, source, base, _keep_partial(partial)) from None
     except BaseException:
@@ -158,6 +158,71 @@ def fetch_hub(
             f"{lfs_sha[:12]}...; the corrupt download was removed"
         )
     return partial, digest
+
+
+def _timeout() -> float:
+    """``$HF_HUB_DOWNLOAD_TIMEOUT`` (seconds without a byte before giving up), else 10."""
+    try:
+        value = float(os.environ.get("HF_HUB_DOWNLOAD_TIMEOUT") or 10)
+    except ValueError:
+        return 10.0
+    return value if value > 0 else 10.0
+
+
+def _transfer(
+    url: str, partial: Path, total: int | None, headers: dict[str, str], name: str,
+    bar: BarFactory | None,
+) -> None:  # fmt: skip
+    """Append the rest of ``url`` to ``partial`` (``Range: bytes=N-`` from its size).
+
+    A connection that drops or stalls is asked again for the rest, up to ``RETRIES``
+    times in a row without progress. Raises what huggingface_hub (HTTP errors) or
+    httpx2 (transport errors) raised, or OSError from the disk.
+    """
+    import httpx2
+    from huggingface_hub import get_session
+    from huggingface_hub.utils import hf_raise_for_status
+
+    session = get_session()
+    have = partial.stat().st_size if partial.exists() else 0
+    make_bar = bar or _SilentBar
+    failures = 0
+    with (
+        open(partial, "ab") as f,
+        make_bar(total=total, initial=have, desc=name, unit="B", unit_scale=True) as shown,
+    ):
+        while total is None or have < total:
+            asked = dict(headers)
+            if have:
+                asked["Range"] = f"bytes={have}-"
+            before = have
+            try:
+                with session.stream("GET", url, headers=asked, timeout=_timeout()) as r:
+                    if r.status_code >= 400:
+                        r.read()
+                        hf_raise_for_status(r)
+                    if have and r.status_code != 206:  # the server ignored the Range
+                        f.seek(0)
+                        f.truncate()
+                        shown.update(-have)
+                        have = before = 0
+                    for chunk in r.iter_bytes(CHUNK_SIZE):
+                        f.write(chunk)
+                        have += len(chunk)
+                        shown.update(len(chunk))
+                f.flush()
+                if total is None:
+                    return  # read to the end: that is all there is
+                if have < total:  # closed early without an error
+                    raise httpx2.RemoteProtocolError(
+                        f"the server sent {have} of {total} bytes", request=r.request
+                    )
+            except httpx2.TransportError:
+                f.flush()
+                failures = 0 if have > before else failures + 1
+                if failures > RETRIES:
+                    raise
+                time.sleep(RETRY_WAIT)
 
 
 def _drop_stale_partials(dest: Path, keep: Path) -> None:

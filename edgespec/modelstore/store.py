@@ -19,7 +19,6 @@ its final name with one ``os.replace``. Hence:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ModelFetchError
-from ..files import replace_file
+from ..files import exclusive_lock, replace_file
 
 __all__ = [
     "BarFactory",
@@ -202,48 +201,25 @@ def unwritable(directory: Path, exc: OSError) -> ModelFetchError:
 
 @contextlib.contextmanager
 def locked(lock_path: Path, say: Progress) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``lock_path`` for the duration; remove it after.
+    """Hold an exclusive lock on ``lock_path`` for the duration; remove it after.
 
-    The holder unlinks the lock file before it lets go, so nothing is left behind. That
-    is safe because every taker checks, once it has the ``flock``, that the file it
-    locked is still the one at ``lock_path``: one that waited on a file removed
-    meanwhile holds a lock nobody else can see, so it lets go and starts over.
+    :func:`edgespec.files.exclusive_lock` with ``remove``: the holder unlinks the lock
+    file before it lets go, so nothing is left behind, and a taker that waited on the
+    removed file locks the one now at the path instead (two fetchers never both hold
+    it). Raises ModelFetchError when the lock file cannot be created.
     """
-    announced = False
-    while True:
-        try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise unwritable(lock_path.parent, exc) from None
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                if not announced:
-                    say("waiting for another process fetching the same model ...")
-                    announced = True
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            if _same_file(fd, lock_path):
-                break
-        except BaseException:
-            os.close(fd)
-            raise
-        os.close(fd)
+
+    def waiting() -> None:
+        say("waiting for another process fetching the same model ...")
+
+    lock = exclusive_lock(lock_path, waiting, remove=True)
     try:
+        lock.__enter__()
+    except OSError as exc:
+        raise unwritable(lock_path.parent, exc) from None
+    with contextlib.ExitStack() as stack:
+        stack.push(lock)  # released (and removed) on the way out, whatever happens
         yield
-    finally:
-        with contextlib.suppress(OSError):
-            lock_path.unlink()  # still holding the lock: see above
-        os.close(fd)  # closing the descriptor releases the lock
-
-
-def _same_file(fd: int, path: Path) -> bool:
-    """True if the open file ``fd`` is the file now at ``path``."""
-    try:
-        st, at = os.fstat(fd), os.stat(path)
-    except OSError:
-        return False
-    return (st.st_dev, st.st_ino) == (at.st_dev, at.st_ino)
 
 
 def ensure_space(directory: Path, need: int, filename: str) -> None:
