@@ -149,15 +149,30 @@ def load_or_measure(
         return _process_curves[key]
     path = calibration_file()
     curve = None if refresh else _cached_curve(_read_cache(path).get(key), key, max_k)
+    origin = ORIGIN_CACHE
     if curve is None:
         curve = measure_curve(model, max_k=max_k)
-        if not curve.noisy:  # a busy machine's curve is kept for this process only
-            _store_curve(path, curve)
+        if curve.noisy:  # a busy machine's curve is kept for this process only
+            origin = ORIGIN_NOISY
+        else:
+            origin = ORIGIN_STORED if _store_curve(path, curve) else ORIGIN_UNWRITABLE
     _process_curves[key] = curve
+    _process_origins[key] = origin
     return curve
 
 
+ORIGIN_CACHE = "read from the cache"
+ORIGIN_STORED = "measured and cached"
+ORIGIN_NOISY = "measured, not cached: timings varied between repetitions (a busy machine?)"
+ORIGIN_UNWRITABLE = "measured, not cached: the cache file could not be written"
+
 _process_curves: dict[str, CostCurve] = {}
+_process_origins: dict[str, str] = {}
+
+
+def curve_origin(curve: CostCurve) -> str:
+    """Where load_or_measure got this curve: one of the ORIGIN_* sentences."""
+    return _process_origins.get(curve.key, ORIGIN_CACHE)
 
 
 def _cached_curve(entry: dict | None, key: str, max_k: int) -> CostCurve | None:
@@ -175,12 +190,12 @@ def _cached_curve(entry: dict | None, key: str, max_k: int) -> CostCurve | None:
     return CostCurve(model=model, key=key, seconds=seconds, timed=timed)
 
 
-def _store_curve(path: Path, curve: CostCurve) -> None:
+def _store_curve(path: Path, curve: CostCurve) -> bool:
     """Add one curve to the cache file, keeping the others.
 
     The read, merge and replace happen under an exclusive lock on a file beside the
     cache, so two processes (or a server's threads) calibrating at once keep both
-    curves. Failing to write only costs a re-measurement next time.
+    curves. Failing to write (False) only costs a re-measurement next time.
     """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -191,7 +206,8 @@ def _store_curve(path: Path, curve: CostCurve) -> None:
                 path.rmdir()  # an empty directory in its place (OSError if not empty)
             _write_cache(path, cache)
     except OSError:
-        pass
+        return False
+    return True
 
 
 def _read_cache(path: Path) -> dict[str, dict]:

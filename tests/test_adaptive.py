@@ -260,8 +260,44 @@ def test_calibrate_command_measures_once_and_shows_the_timed_sizes(synthetic_mod
     seconds = again["target"]["seconds"]
     assert len(seconds) == costs.MAX_VERIFY and all(s > 0 for s in seconds)
     assert again["target"]["timed"] == list(costs.CALIBRATION_SIZES)
-    if "not cached" not in shown.stdout:  # microsecond timings of a tiny model can be noisy
+    # the text and the JSON both say where each curve came from
+    origins = (costs.ORIGIN_STORED, costs.ORIGIN_NOISY, costs.ORIGIN_CACHE)
+    assert any(f"target: {o}" in shown.stdout for o in origins), shown.stdout
+    if costs.ORIGIN_NOISY not in shown.stdout:  # microsecond timings of a tiny model can be noisy
         assert round(seconds[0] * 1000, 2) == one_ms  # from the cache this time
+        assert again["target"]["origin"] == costs.ORIGIN_CACHE and again["target"]["cached"]
+        assert again["target"]["noisy"] is False
+    else:
+        assert again["target"]["cached"] is (again["target"]["origin"] != costs.ORIGIN_NOISY)
+        assert again["target"]["noisy"] is (again["target"]["origin"] == costs.ORIGIN_NOISY)
+
+
+def test_load_or_measure_says_where_each_curve_came_from(monkeypatch, tmp_path) -> None:
+    """A noisy curve is not cached and says so; a quiet one is stored, then read back."""
+    from types import SimpleNamespace
+
+    monkeypatch.setenv("EDGESPEC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(costs, "machine_key", lambda model, max_k: f"k-{model.name}")
+    noisy = {"a": True, "b": False}
+
+    def fake_measure(model, *, max_k):
+        secs = tuple(0.01 * (1 + i / 10) for i in range(max_k))
+        return costs.CostCurve(
+            model.name, f"k-{model.name}", secs, noisy=noisy[model.name], timed=(1, max_k)
+        )
+
+    monkeypatch.setattr(costs, "measure_curve", fake_measure)
+    a, b = (SimpleNamespace(name=n, n_batch=costs.MAX_VERIFY) for n in "ab")
+    assert costs.curve_origin(costs.load_or_measure(a)) == costs.ORIGIN_NOISY
+    assert costs.curve_origin(costs.load_or_measure(b)) == costs.ORIGIN_STORED
+    costs._process_curves.clear()
+    assert costs.curve_origin(costs.load_or_measure(b)) == costs.ORIGIN_CACHE
+    noisy["a"] = False
+    (tmp_path / "calibration.json").unlink()
+    (tmp_path / "calibration.json" / "x").mkdir(parents=True)  # not replaceable, even by root
+    costs._process_curves.clear()
+    assert costs.curve_origin(costs.load_or_measure(a)) == costs.ORIGIN_UNWRITABLE
+    costs._process_curves.clear()
 
 
 def test_a_miss_at_position_two_does_not_stop_drafting_for_good() -> None:

@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..costs import calibration_file, load_or_measure
+from ..costs import (
+    ORIGIN_CACHE,
+    ORIGIN_STORED,
+    calibration_file,
+    curve_origin,
+    load_or_measure,
+)
 from ..loading import load_pair
 from .options import add_model_options
 
@@ -40,6 +46,9 @@ def run(args: argparse.Namespace) -> int:
                 "seconds": list(c.seconds),
                 "ratios": c.ratios(),
                 "timed": list(c.timed_sizes()),
+                "noisy": c.noisy,
+                "cached": curve_origin(c) in (ORIGIN_CACHE, ORIGIN_STORED),
+                "origin": curve_origin(c),
             }
             for name, c in curves.items()
         }
@@ -52,8 +61,8 @@ def run(args: argparse.Namespace) -> int:
     for k, (sec, ratio) in enumerate(zip(t.seconds, t.ratios(), strict=True), start=1):
         if k in timed:
             print(f"{k:>3} {sec * 1000:>8.2f} {ratio:>12.2f}")
-    if any(c.noisy for c in curves.values()):
-        print("note: timings varied between repetitions (a busy machine?); not cached")
+    for name, c in curves.items():
+        print(f"{name}: {curve_origin(c)}")
     if "draft" in curves:
         d = curves["draft"]
         print(
