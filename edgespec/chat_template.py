@@ -19,12 +19,15 @@ variable edgespec does not give it (firefunction-v2's ``functions``, its tool
 definitions) fails with a ChatTemplateError naming it.
 
 System role: a template that refuses a system message (raises on it, as
-gemma-2's does) or drops it gets it folded in, as llama.cpp (minja's polyfill)
+gemma-2's does) or drops it gets it folded into the user's turn, as llama.cpp
 does. Whether it does is probed once per template, by rendering a system and a
 user message and looking for the system text in the output. Where it does not,
 each system message's content goes in front of the next user message's, joined
-by a newline; one with no user message after it (next to an assistant message,
-or last) becomes a user message of its own, so no text is dropped.
+by a newline, as llama.cpp joins them; one with no user message after it (next
+to an assistant message, or last) becomes a user message of its own. llama.cpp
+(common/chat.cpp) folds only a leading system message, into whatever message
+follows, and drops one left alone; this keeps every system text, as minja's
+polyfill did.
 
 A model without a template gets ChatML, llama.cpp server's fallback.
 
