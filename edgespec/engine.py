@@ -20,10 +20,20 @@ from .detok import Detokenizer
 from .drafting import CompositeDrafter, Draft, Drafter, KeepDrafting
 from .errors import ContextFullError, InvalidParameterError
 from .events import DoneEvent, Event, RoundEvent, Stats, StopReason, TokenEvent, TokenKind
+from .grammar import Grammar, GrammarError
 from .params import check_gamma, check_max_tokens
-from .sampling import SamplingParams, TokenDist, greedy_tokens, process_logits
+from .sampling import (
+    SamplingParams,
+    TokenDist,
+    TopLogprobs,
+    dist_logprobs,
+    greedy_tokens,
+    process_logits,
+    row_logprobs,
+)
+from .shaping import Shaper
 from .stopping import StopSequenceMatcher
-from .verify import accept_greedy, accept_rejection
+from .verify import NO_TOKEN, accept_greedy, accept_rejection
 
 DEFAULT_MAX_TOKENS = 256
 DEFAULT_GAMMA = "auto"
@@ -36,9 +46,10 @@ class RoundResult:
     draft: list[int]
     draft_calls: int
     n_accepted: int
-    next_token: int
+    next_token: int  # NO_TOKEN where the grammar admits none
     draft_s: float
     verify_s: float
+    logprobs: tuple[tuple[float, TopLogprobs], ...] | None = None  # per kept token, if asked
 
 
 def speculative_step(
@@ -51,11 +62,15 @@ def speculative_step(
     keep: KeepDrafting | None = None,
     *,
     proposal: Draft | None = None,
+    shaper: Shaper | None = None,
+    logprobs: int | None = None,
 ) -> RoundResult:
     """One round. Precondition: the target cache holds context[:-1].
 
     proposal: the drafter's proposal for this context when it was asked before gamma
     was chosen (a lookup); its first gamma tokens are verified.
+    shaper: penalties and grammar at the context's end (None: neither); logprobs: how
+    many top logprobs to report per kept token (None: none).
 
     On return the target cache holds context + the accepted draft tokens, i.e.
     everything committed except next_token, restoring the precondition.
@@ -65,22 +80,46 @@ def speculative_step(
         draft = Draft([], [])
     elif proposal is not None:
         draft = Draft(proposal.tokens[:gamma], proposal.q[:gamma])
-    elif keep is not None:
-        draft = drafter.propose(context, gamma, sampling, rng, keep=keep)
     else:
-        draft = drafter.propose(context, gamma, sampling, rng)
+        extras = {"keep": keep} if keep is not None else {}
+        if shaper is not None:
+            extras["shape"] = shaper.fork()  # the draft walks its own copy: q shaped as p
+        draft = drafter.propose(context, gamma, sampling, rng, **extras)
+    if shaper is not None and (cut := shaper.admissible(draft.tokens)) < len(draft.tokens):
+        draft = replace(draft, tokens=draft.tokens[:cut], q=draft.q[:cut])
     t1 = time.perf_counter()
     n_ctx_before = len(target.tokens)
     # one target call scores the pending token and every draft token: g + 1 rows of p
     logits = target.decode([context[-1], *draft.tokens], logits="all")
-    if sampling.greedy:
+    if shaper is not None:  # row i penalised and masked after draft tokens 0..i-1
+        logits = shaper.rows(logits, draft.tokens)
+    p = None if sampling.greedy else process_logits(logits, sampling)
+    if p is None:
         n, nxt = accept_greedy(draft.tokens, greedy_tokens(logits))
+        if shaper is not None and not logits[n].max() > -np.inf:
+            nxt = NO_TOKEN  # the grammar admits nothing here
     else:
         q = draft.q or [_point_mass(x) for x in draft.tokens]
-        n, nxt = accept_rejection(draft.tokens, q, process_logits(logits, sampling), rng)
+        n, nxt = accept_rejection(draft.tokens, q, p, rng)
+    kept = [*draft.tokens[:n], nxt][: n + (nxt != NO_TOKEN)]
+    lp = None if logprobs is None else _logprobs(logits, p, kept, logprobs)
     # keep the pending token and the accepted drafts; drop the rejected tail
     target.truncate(n_ctx_before + 1 + n)
-    return RoundResult(draft.tokens, draft.model_calls, n, nxt, t1 - t0, time.perf_counter() - t1)
+    verify_s = time.perf_counter() - t1
+    return RoundResult(draft.tokens, draft.model_calls, n, nxt, t1 - t0, verify_s, lp)
+
+
+def _logprobs(
+    logits: np.ndarray, p: list[TokenDist] | None, kept: list[int], n: int
+) -> tuple[tuple[float, TopLogprobs], ...]:
+    """Per kept token (row i for token i): its logprob and the top n, from the verify rows.
+
+    Sampling: under p, the distribution it was drawn from (a correction's residual
+    restores p). Greedy: softmax of the (penalised, masked) logits at temperature 1, the
+    meaning of llama-server's n_probs, after the penalties and grammar we apply first."""
+    if p is not None:
+        return tuple(dist_logprobs(p[i], x, n) for i, x in enumerate(kept))
+    return tuple(row_logprobs(logits[i], x, n) for i, x in enumerate(kept))
 
 
 def _split_lookup(drafter: Drafter | None) -> tuple[Drafter | None, Drafter | None]:
@@ -111,8 +150,14 @@ def stream_generate(
     gamma: int | str | AdaptiveGamma = DEFAULT_GAMMA,
     seed: int | None = None,
     stop: Sequence[str] = (),
+    grammar: Grammar | None = None,
+    logprobs: int | None = None,
 ) -> Iterator[Event]:
     """Generate from prompt, yielding TokenEvents, a RoundEvent per round, then a DoneEvent.
+
+    grammar constrains the output (p and q masked at every draft position); logprobs
+    (n >= 0) puts each kept token's logprob and its n likeliest alternatives on its
+    TokenEvent, from the verify call's rows.
 
     The target's KV cache keeps the longest common prefix with earlier calls, so
     a follow-up turn only processes its new tokens. The TokenEvents' texts never
@@ -124,7 +169,12 @@ def stream_generate(
     policy = resolve_gamma(gamma, target, drafter)
     fixed_gamma = 0 if policy is not None or drafter is None else int(gamma)  # type: ignore[arg-type]
     check_max_tokens(max_tokens)
+    if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)):
+        raise InvalidParameterError(f"logprobs must be a whole number, got {logprobs!r}")
+    if logprobs is not None and logprobs < 0:
+        raise InvalidParameterError(f"logprobs must be >= 0, got {logprobs}")
     prompt_tokens = _prompt_tokens(target, prompt)
+    shaper = _shaper(target, sampling, grammar, prompt_tokens, logprobs)
     rng = np.random.default_rng(seed)
     t_start = time.perf_counter()
     cached = target.reuse_prefix(prompt_tokens)
@@ -152,15 +202,42 @@ def stream_generate(
         plan = planner.plan(out.context, limit, sampling, rng)
         res = speculative_step(
             target, plan.source, out.context, plan.gamma, sampling, rng, plan.keep,
-            proposal=plan.proposal,
+            proposal=plan.proposal, shaper=shaper, logprobs=logprobs,
         )  # fmt: skip
         planner.observe(plan, res)
         stats = _add_round(stats, res, rnd, plan.lookup_s)
         yield from out.round_events(res, rnd)
+        if shaper is not None:
+            for tok in [*res.draft[: res.n_accepted], res.next_token]:
+                if tok != NO_TOKEN:
+                    shaper.push(tok)
         stats = replace(stats, generated=len(out.tokens), wall_s=time.perf_counter() - t_start)
         yield RoundEvent(rnd, len(res.draft), res.n_accepted, stats)
     stats = replace(stats, generated=len(out.tokens), wall_s=time.perf_counter() - t_start)
     yield out.done(stats)
+
+
+def _shaper(
+    target: LlamaModel,
+    sampling: SamplingParams,
+    grammar: Grammar | None,
+    prompt_tokens: list[int],
+    logprobs: int | None,
+) -> Shaper | None:
+    """Penalties and grammar for this generation; None when neither applies (no cost).
+
+    The penalties look back at the prompt too, as llama-server feeds it to its sampler;
+    the grammar starts at the output (llama-server does not feed it the prompt)."""
+    if grammar is None and not sampling.penalized:
+        return None
+    matcher = None
+    if grammar is not None:
+        try:
+            matcher = target.grammar(grammar.gbnf, grammar.root)
+        except ValueError as exc:
+            raise GrammarError(f"invalid grammar for this model: {exc}") from None
+    full = logprobs is not None and sampling.greedy
+    return Shaper(sampling, prompt_tokens, matcher, target.is_eog, full_softmax=full)
 
 
 def _prompt_tokens(target: LlamaModel, prompt: str | Sequence[int]) -> list[int]:
@@ -270,12 +347,16 @@ class _Output:
             if i == res.n_accepted and res.n_accepted < len(res.draft):
                 rejected = res.draft[res.n_accepted]
                 yield TokenEvent(TokenKind.REJECTED, rejected, self._detok.peek([rejected])[0], rnd)
+            if tok == NO_TOKEN:
+                self.reason = StopReason.GRAMMAR
+                return
             if self._is_eog(tok):
                 self.reason = StopReason.EOG
                 return
             self.context.append(tok)
             self.tokens.append(tok)
-            yield TokenEvent(kind, tok, self._push(tok), rnd)
+            lp, top = res.logprobs[i] if res.logprobs is not None else (None, ())
+            yield TokenEvent(kind, tok, self._push(tok), rnd, lp, top)
             if self.reason is not None:
                 return
 

@@ -29,6 +29,7 @@ class StopReason(StrEnum):
     STOP_STRING = "stop"
     CONTEXT_FULL = "context_full"
     CANCELLED = "cancelled"
+    GRAMMAR = "grammar"  # the grammar admits no token (not even an end of generation)
 
 
 class DraftRatios:
@@ -122,6 +123,10 @@ class TokenEvent:
     token: int
     text: str
     round: int
+    # with logprobs requested, kept tokens only: log of the token's probability under the
+    # target's processed distribution p, and the likeliest (id, logprob), best first
+    logprob: float | None = None
+    top_logprobs: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True)

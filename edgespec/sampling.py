@@ -4,6 +4,8 @@ The speculative rules need the *processed* distribution (after temperature and
 truncation) of both models at several positions, and must apply the same
 processing to target and draft. Processing is, in this order:
 
+0. (context-dependent, ``edgespec/shaping.py``) repetition penalties as llama.cpp's
+   ``llama_sampler_penalties`` (``apply_penalties``), then a grammar's mask;
 1. temperature: logits / T;
 2. top-k and min-p, both as one threshold on the logits (min-p keeps tokens with
    p >= min_p * p_max, i.e. logit >= max_logit + T * log(min_p)); tokens tied with
@@ -19,6 +21,7 @@ pass.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +32,7 @@ DEFAULT_TEMPERATURE = 0.0
 DEFAULT_TOP_K = 40
 DEFAULT_TOP_P = 0.95
 DEFAULT_MIN_P = 0.05
+DEFAULT_PENALTY_LAST_N = 64  # llama.cpp's default
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,10 @@ class SamplingParams:
     top_k: int = DEFAULT_TOP_K
     top_p: float = DEFAULT_TOP_P
     min_p: float = DEFAULT_MIN_P
+    repeat_penalty: float = 1.0  # 1 disables it
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    penalty_last_n: int = DEFAULT_PENALTY_LAST_N  # tokens looked back at; 0 off, -1 all
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.temperature) or self.temperature < 0:
@@ -49,6 +57,25 @@ class SamplingParams:
             raise InvalidParameterError(f"top-p must be in (0, 1], got {self.top_p}")
         if not (0.0 <= self.min_p < 1.0):
             raise InvalidParameterError(f"min-p must be in [0, 1), got {self.min_p}")
+        rp = self.repeat_penalty
+        if not (math.isfinite(rp) and rp > 0 and math.isfinite(1.0 / rp)):
+            raise InvalidParameterError(f"repeat penalty must be finite and > 0, got {rp}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not math.isfinite(getattr(self, name)):
+                label = name.replace("_", " ")
+                raise InvalidParameterError(f"{label} must be finite, got {getattr(self, name)}")
+        n = self.penalty_last_n
+        if isinstance(n, bool) or not isinstance(n, int) or n < -1:
+            raise InvalidParameterError(f"penalty last-n must be >= -1 (-1: all), got {n}")
+
+    @property
+    def penalized(self) -> bool:
+        """True when repetition penalties change logits (llama.cpp's is_disabled, negated)."""
+        return self.penalty_last_n != 0 and (
+            self.repeat_penalty != 1.0
+            or self.presence_penalty != 0.0
+            or self.frequency_penalty != 0.0
+        )
 
     @property
     def greedy(self) -> bool:
@@ -91,6 +118,23 @@ class TokenDist:
         return out
 
 
+def apply_penalties(row: np.ndarray, history: Sequence[int], params: SamplingParams) -> np.ndarray:
+    """A penalised copy of one logits row, given the tokens penalised (the last
+    penalty_last_n of the context), exactly as llama.cpp's ``llama_sampler_penalties``:
+    a seen token's logit is divided by repeat_penalty (multiplied when <= 0), then
+    lowered by count * frequency_penalty + presence_penalty."""
+    out = np.array(row, dtype=np.float32)
+    if not len(history):
+        return out
+    ids, counts = np.unique(np.asarray(history, dtype=np.int64), return_counts=True)
+    v = out[ids]
+    rp = np.float32(params.repeat_penalty)
+    v = np.where(v <= 0, v * rp, v / rp)
+    fp, pp = np.float32(params.frequency_penalty), np.float32(params.presence_penalty)
+    out[ids] = v - (counts.astype(np.float32) * fp + pp)
+    return out
+
+
 def greedy_tokens(logits: np.ndarray) -> np.ndarray:
     """Argmax of each row (lowest id on ties, as llama.cpp's greedy sampler)."""
     return np.argmax(np.atleast_2d(logits), axis=1)
@@ -111,6 +155,9 @@ def process_logits(logits: np.ndarray, params: SamplingParams) -> list[TokenDist
     )
     dists = []
     for row, mx, lo in zip(rows, row_max, floor, strict=True):
+        if not mx > -np.inf:  # a grammar admits nothing: an empty distribution
+            dists.append(TokenDist(ids=np.empty(0, dtype=np.int64), probs=np.empty(0)))
+            continue
         ids = np.flatnonzero(row >= lo) if lo > -np.inf else None
         if top_k and (ids is None or len(ids) > top_k):
             lo = max(lo, _kth_largest(row, mx, top_k))
@@ -166,3 +213,31 @@ def residual(p: TokenDist, q: TokenDist) -> TokenDist:
         return p
     keep = r > 0
     return TokenDist(ids=p.ids[keep], probs=r[keep] / total)
+
+
+TopLogprobs = tuple[tuple[int, float], ...]
+
+
+def row_logprobs(row: np.ndarray, token: int, n: int) -> tuple[float, TopLogprobs]:
+    """log softmax(row)[token] and the n likeliest (id, logprob), best first (greedy)."""
+    mx = float(row.max())
+    lse = mx + math.log(float(np.exp(row.astype(np.float64) - mx).sum()))
+    top = _best(row, n)
+    return float(row[token]) - lse, tuple((int(i), float(row[i]) - lse) for i in top)
+
+
+def dist_logprobs(dist: TokenDist, token: int, n: int) -> tuple[float, TopLogprobs]:
+    """log p(token) and the n likeliest (id, logprob) of a processed distribution."""
+    top = np.argsort(-dist.probs, kind="stable")[:n]
+    pairs = tuple((int(dist.ids[i]), math.log(float(dist.probs[i]))) for i in top)
+    px = dist.prob(token)
+    return (math.log(px) if px > 0 else -math.inf), pairs
+
+
+def _best(row: np.ndarray, n: int) -> np.ndarray:
+    """Indices of the n largest values, largest first (lowest id on ties)."""
+    if n <= 0:
+        return np.empty(0, dtype=np.int64)
+    n = min(n, len(row))
+    head = np.argpartition(-row, n - 1)[:n] if n < len(row) else np.arange(len(row))
+    return head[np.lexsort((head, -row[head]))]

@@ -15,6 +15,9 @@ import numpy as np
 
 from .sampling import TokenDist, residual
 
+#: next_token when the target has no token to give (a grammar admits none there)
+NO_TOKEN = -1
+
 
 def accept_greedy(draft: Sequence[int], target_argmax: Sequence[int]) -> tuple[int, int]:
     """Temperature 0: keep draft tokens while they equal the target's argmax."""
@@ -43,5 +46,6 @@ def accept_rejection(
             continue
         # rejected: resample from norm(max(0, p - q)), which restores p exactly
         return i, residual(p[i], q[i]).sample(rng)
-    # every draft token accepted: a free bonus token from p_{g+1}
-    return len(draft), p[len(draft)].sample(rng)
+    # every draft token accepted: a free bonus token from p_{g+1} (if it has a support)
+    bonus = p[len(draft)]
+    return len(draft), bonus.sample(rng) if len(bonus.ids) else NO_TOKEN

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..backend import LlamaModel
 from ..sampling import SamplingParams, TokenDist, greedy_tokens, process_logits
+from ..shaping import Shaper
 
 # keep(i, p): is draft token i (1-based), whose draft probability with tokens 1..i-1
 # is p, worth verifying? Supplied by the adaptive policy; drafters stop at a "no".
@@ -67,10 +68,16 @@ class Drafter(Protocol):
         rng: np.random.Generator,
         *,
         keep: KeepDrafting | None = None,
+        shape: Shaper | None = None,
     ) -> Draft:
         """Up to n tokens that might follow context. Deterministic drafters return q as
         point masses (probability 1 on the proposed token) when sampling. A drafter
-        with its own confidence stops early when keep() says a token is not worth it."""
+        with its own confidence stops early when keep() says a token is not worth it.
+
+        shape (given with penalties or a grammar; the drafter's own copy, at the
+        context's end): a draft model shapes each row with it and pushes each token, so
+        that q is processed as the target's p; a drafter may ignore it (exactness never
+        depends on q's shape, only on q being what the token was drawn from)."""
         ...
 
 

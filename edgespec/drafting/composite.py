@@ -8,6 +8,7 @@ import numpy as np
 
 from ..backend import LlamaModel
 from ..sampling import SamplingParams
+from ..shaping import Shaper
 from .base import Draft, Drafter, KeepDrafting
 
 
@@ -38,10 +39,15 @@ class CompositeDrafter:
         rng: np.random.Generator,
         *,
         keep: KeepDrafting | None = None,
+        shape: Shaper | None = None,
     ) -> Draft:
         """The first drafter's proposal, or the fallback's when the first has none."""
-        kwargs = {} if keep is None else {"keep": keep}
+        kwargs: dict = {} if keep is None else {"keep": keep}
+        if shape is not None:
+            kwargs["shape"] = shape.fork()  # the fallback gets a fresh copy
         draft = self.first.propose(context, n, sampling, rng, **kwargs)
         if draft.tokens:
             return draft
+        if shape is not None:
+            kwargs["shape"] = shape
         return self.fallback.propose(context, n, sampling, rng, **kwargs)

@@ -41,6 +41,7 @@ import numpy as np
 
 from ..backend import LlamaModel
 from ..sampling import SamplingParams, TokenDist, greedy_tokens, process_logits
+from ..shaping import Shaper
 from .base import Draft, KeepDrafting, top_probability
 from .tli import TokenMap, propose_shared
 
@@ -162,6 +163,7 @@ class CrossVocabDrafter:
         rng: np.random.Generator,
         *,
         keep: KeepDrafting | None = None,
+        shape: Shaper | None = None,  # unused: see Drafter.propose
     ) -> Draft:
         """Up to n target tokens: the draft's continuation of the context, re-tokenized.
 

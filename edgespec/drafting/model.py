@@ -8,6 +8,7 @@ import numpy as np
 
 from ..backend import LlamaModel
 from ..sampling import SamplingParams, TokenDist
+from ..shaping import Shaper
 from .base import Draft, KeepDrafting, draw_token
 
 
@@ -40,8 +41,10 @@ class ModelDrafter:
         rng: np.random.Generator,
         *,
         keep: KeepDrafting | None = None,
+        shape: Shaper | None = None,
     ) -> Draft:
-        """Decode what is new in context, then draft up to n tokens one by one."""
+        """Decode what is new in context, then draft up to n tokens one by one (each row
+        shaped by shape, when given: q is then processed as the target's p)."""
         m = self.model
         n = min(n, m.n_ctx - len(context))
         if n <= 0:
@@ -53,13 +56,18 @@ class ModelDrafter:
         q: list[TokenDist] = []
         confidence = 1.0  # the draft's probability of all its tokens so far
         for i in range(n):
-            drawn = draw_token(logits[0], sampling, rng, keep, i + 1, confidence)
+            row = logits[0] if shape is None else shape.shape(logits[0])
+            if shape is not None and not row.max() > -np.inf:
+                break  # the grammar admits nothing here
+            drawn = draw_token(row, sampling, rng, keep, i + 1, confidence)
             if drawn is None:
                 break
             x, dist, confidence = drawn
             if dist is not None:
                 q.append(dist)
             tokens.append(x)
+            if shape is not None:
+                shape.push(x)
             if m.is_eog(x):
                 break
             if i + 1 < n:  # the last proposal needs no logits after it

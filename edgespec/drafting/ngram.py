@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..sampling import SamplingParams, TokenDist
+from ..shaping import Shaper
 from .base import Draft, KeepDrafting
 
 DEFAULT_NGRAM_MIN = 1
@@ -63,6 +64,7 @@ class NgramDrafter:
         rng: np.random.Generator,
         *,
         keep: KeepDrafting | None = None,
+        shape: Shaper | None = None,  # unused: see Drafter.propose
     ) -> Draft:
         """Up to n tokens copied from after the latest match of the longest tail n-gram.
 

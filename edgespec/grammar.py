@@ -1,0 +1,64 @@
+"""Constrained decoding: a GBNF grammar (or a JSON schema turned into one) for the output.
+
+``Grammar`` is the checked grammar text, independent of any model; the engine
+binds it to the target's vocabulary (``LlamaModel.grammar``) for each generation
+and masks p and q at every draft position (``edgespec/shaping.py``), so the
+speculative output is exactly the constrained target's. llama.cpp's grammar
+engine does the matching: see ``docs/constrained-decoding.md``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from .backend import check_gbnf, json_schema_to_gbnf
+from .errors import InvalidParameterError
+
+
+class GrammarError(InvalidParameterError):
+    """A GBNF grammar or a JSON schema that cannot constrain the output."""
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """A GBNF grammar that parsed, with its start symbol."""
+
+    gbnf: str
+    root: str = "root"
+
+    @classmethod
+    def from_gbnf(cls, text: str, root: str = "root") -> Grammar:
+        """Check GBNF text with llama.cpp's parser; GrammarError (one line) if refused."""
+        if not isinstance(text, str):
+            raise GrammarError(f"a grammar must be text, got {type(text).__name__}")
+        try:
+            check_gbnf(text, root)
+        except ValueError as exc:
+            raise GrammarError(f"invalid grammar: {_one_line(str(exc))}") from None
+        return cls(text, root)
+
+    @classmethod
+    def from_json_schema(cls, schema: dict | None) -> Grammar:
+        """The grammar of JSON text matching schema (None: any JSON object, as
+        response_format json_object), by llama.cpp's JSON-schema converter."""
+        if schema is None:
+            schema = {"type": "object"}
+        if not isinstance(schema, dict):
+            raise GrammarError(f"a JSON schema must be an object, got {type(schema).__name__}")
+        try:
+            gbnf = json_schema_to_gbnf(json.dumps(schema))
+        except RecursionError:
+            raise GrammarError("invalid JSON schema: nested too deeply") from None
+        except Exception as exc:  # the converter raises what it meets: KeyError, ValueError...
+            raise GrammarError(f"invalid JSON schema: {_one_line(_describe(exc))}") from None
+        return cls.from_gbnf(gbnf)
+
+
+def _describe(exc: Exception) -> str:
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if isinstance(exc, KeyError | TypeError) else text
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:300] or "rejected"
