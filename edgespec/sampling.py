@@ -58,8 +58,10 @@ class SamplingParams:
         if not (0.0 <= self.min_p < 1.0):
             raise InvalidParameterError(f"min-p must be in [0, 1), got {self.min_p}")
         rp = self.repeat_penalty
-        if not (math.isfinite(rp) and rp > 0 and math.isfinite(1.0 / rp)):
-            raise InvalidParameterError(f"repeat penalty must be finite and > 0, got {rp}")
+        with np.errstate(over="ignore", divide="ignore"):  # llama.cpp checks it as a float
+            rp32 = np.float32(rp) if math.isfinite(rp) else np.float32("nan")
+            if not (rp32 > 0 and np.isfinite(np.float32(1.0) / rp32)):
+                raise InvalidParameterError(f"repeat penalty must be finite and > 0, got {rp}")
         for name in ("presence_penalty", "frequency_penalty"):
             if not math.isfinite(getattr(self, name)):
                 label = name.replace("_", " ")
