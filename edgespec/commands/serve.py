@@ -23,9 +23,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "serve",
         help="serve completions over HTTP (OpenAI /v1 API and llama.cpp /infill)",
         description="Serve one target (and drafter) over HTTP: POST /v1/completions, "
-        "/v1/chat/completions and /infill, GET /v1/models and /health. Requests run one "
-        "at a time, in arrival order; a request sharing a prefix with the previous one "
-        "reuses its KV cache.",
+        "/v1/chat/completions and /infill, GET /v1/models and /health, and llama-server's "
+        "POST /tokenize and /detokenize, GET /props and /metrics (Prometheus). Requests "
+        "run one at a time, in arrival order; a request sharing a prefix with the previous "
+        "one reuses its KV cache.",
     )
     add_model_options(p, draft=AUTO, draft_help=AUTO_DRAFT_HELP)
     p.add_argument(

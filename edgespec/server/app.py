@@ -11,6 +11,7 @@ the worker unchecked.
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import sys
 import time
@@ -27,9 +28,11 @@ from ..completion.session import (
     CompletionSession,
 )
 from ..errors import EdgespecError, InvalidParameterError
+from . import extras
 from .errors import ApiError, bad_request, from_exception
+from .metrics import Metrics, render
 from .requests import Options, parse_chat, parse_completions, parse_infill, parse_json
-from .responses import InfillFormat, OpenAIFormat, ResponseFormat
+from .responses import InfillFormat, OpenAIFormat, Outcome, ResponseFormat
 from .transport import JsonHandler
 from .worker import Worker
 
@@ -78,8 +81,7 @@ class EdgespecServer(ThreadingHTTPServer):
         self.max_body = max_body
         self.log = log or (lambda _msg: None)
         self.started = int(time.time())
-        path = session.target.path
-        self.model_names = {session.name, path.name, path.stem}
+        self.metrics = Metrics()
         super().__init__(address, Handler)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -114,12 +116,20 @@ class Handler(JsonHandler):
         """Request lines go to the server's log callback."""
         self.server.log(f"{self.address_string()} {format % args}")
 
+    def send_response(self, code: int, message: str | None = None) -> None:
+        """Send the status line, and count the answer by route for /metrics."""
+        route = getattr(self, "_route", None) or "other"
+        self.server.metrics.record_request(route, code)
+        super().send_response(code, message)
+
     def _dispatch(self) -> None:
         self._streaming = False
         self._probed = False
         self._raw = b""
+        self._route = None
         try:
             path = urlsplit(self.path).path.rstrip("/") or "/"
+            self._route = path if path in ROUTES else None
             if path != "/health":
                 self._check_auth()  # before the body: a refused client's body is never read
             self._read_body()
@@ -149,6 +159,8 @@ class Handler(JsonHandler):
                     pass
             else:
                 self._send_json(err.status, err.body())
+        finally:
+            self._route = None  # http.server's own errors on this connection: "other"
 
     def _check_auth(self) -> None:
         key = self.server.api_key
@@ -204,18 +216,35 @@ class Handler(JsonHandler):
         }
         self._send_json(200, {"object": "list", "data": [model]})
 
-    def _check_model(self, name: str | None) -> None:
-        if name is not None and name not in self.server.model_names:
-            raise ApiError(
-                404,
-                f"the model '{name}' does not exist; this server has '{self.server.session.name}'",
-                param="model",
-                code="model_not_found",
-            )
+    def _tokenize(self) -> None:
+        self._send_json(200, extras.tokenize(self.server.session, parse_json(self._raw)))
+
+    def _detokenize(self) -> None:
+        self._send_json(200, extras.detokenize(self.server.session, parse_json(self._raw)))
+
+    def _props(self) -> None:
+        self._send_json(200, extras.props(self.server.session))
+
+    def _metrics(self) -> None:
+        w = self.server.worker
+        jobs = {"served": w.served, "cancelled": w.cancelled, "rejected": w.rejected,
+                "failed": w.failed}  # fmt: skip
+        families = self.server.metrics.families(
+            processing=int(w.busy), deferred=w.queued, worker=jobs
+        )
+        data = render(families).encode()
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+        except OSError:
+            self.close_connection = True
 
     def _completions(self) -> None:
         call = parse_completions(parse_json(self._raw), DEFAULT_MAX_LINES)
-        self._check_model(call.opts.model)
         s = self.server.session
         if isinstance(call.prompt, list) and call.suffix is not None:
             raise bad_request("'suffix' needs a text prompt", param="suffix")
@@ -234,7 +263,6 @@ class Handler(JsonHandler):
 
     def _chat(self) -> None:
         call = parse_chat(parse_json(self._raw))
-        self._check_model(call.opts.model)
         s = self.server.session
         self._generate(
             lambda: (s.chat_prompt(call.messages), None, {}),
@@ -245,7 +273,6 @@ class Handler(JsonHandler):
 
     def _infill(self) -> None:
         call = parse_infill(parse_json(self._raw), DEFAULT_MAX_LINES)
-        self._check_model(call.opts.model)
         s = self.server.session
 
         def build() -> tuple[list[int], CodeRules | None, Prepared]:
@@ -259,13 +286,16 @@ class Handler(JsonHandler):
             rules = CodeRules(call.suffix, fp.prefix_at_line_start, call.max_lines, call.min_indent)
             return fp.tokens, rules, {"fim": fp.fim, "truncated": fp.truncated}
 
-        self._generate(build, call.opts, "input_prefix", InfillFormat(s, stop_words=call.opts.stop))
+        fmt = InfillFormat(s, stop_words=call.opts.stop, response_fields=call.response_fields)
+        self._generate(build, call.opts, "input_prefix", fmt)
 
     # ------------------------------------------------------------------ generation
 
     def _generate(self, build: Build, opts: Options, param: str, fmt: ResponseFormat) -> None:
         """Run a completion on the worker; answer in fmt's protocol (OpenAI's, llama.cpp's)."""
         s = self.server.session
+
+        metrics = self.server.metrics
 
         def work(cancelled: Callable[[], bool]):
             tokens, rules, info = build()
@@ -274,7 +304,18 @@ class Handler(JsonHandler):
             req = CompletionRequest(
                 tokens, opts.max_tokens, opts.sampling, opts.seed, opts.stop, rules
             )
-            yield from s.run(req, cancelled)
+            if not opts.cache_prompt:  # llama-server's cache_prompt false: evaluate it all
+                s.target.reset()
+            limit = TimeLimit(opts.t_max_predict_ms)
+            for item in s.run(req, lambda: cancelled() or limit.reached):
+                if isinstance(item, CompletionResult):
+                    if limit.reached and item.stop == "cancelled" and not cancelled():
+                        item = dataclasses.replace(item, stop="time_limit")
+                    metrics.record_completion(item.stats)
+                    yield Outcome(item, len(s.target.tokens))
+                else:
+                    limit.saw(item)
+                    yield item
 
         job = self.server.worker.submit(work)
         items = job.items(poll=self._client_gone)
@@ -288,14 +329,14 @@ class Handler(JsonHandler):
         info = {k: v for k, v in prepared.items() if k in ("fim", "truncated")}
         fmt.start(prepared["prompt_tokens"], info)
         if not opts.stream:
-            result = None
+            outcome = None
             for item in items:
-                if isinstance(item, CompletionResult):
-                    result = item
-            if result is None:
+                if isinstance(item, Outcome):
+                    outcome = item
+            if outcome is None:
                 self.close_connection = True
                 return
-            self._send_json(200, fmt.body(result))
+            self._send_json(200, fmt.body(outcome))
             return
         self._start_stream()
         try:
@@ -323,7 +364,35 @@ ROUTES: dict[str, dict[str, Callable[[Handler], None]]] = {
     "/v1/chat/completions": {"POST": Handler._chat},
     "/chat/completions": {"POST": Handler._chat},
     "/infill": {"POST": Handler._infill},
+    "/tokenize": {"POST": Handler._tokenize},
+    "/detokenize": {"POST": Handler._detokenize},
+    "/props": {"GET": Handler._props},
+    "/metrics": {"GET": Handler._metrics},
 }
+
+
+class TimeLimit:
+    """llama-server's ``t_max_predict_ms``: once generating has taken longer than
+    this (measured from the first token), the completion ends after the next
+    piece holding a newline, that piece kept (stop type "limit"). 0: no limit.
+
+    The pieces are those the session releases: where code rules hold a line's
+    newline back, it is seen, and the completion ends, with the next piece."""
+
+    def __init__(self, ms: int) -> None:
+        self.ms = ms
+        self.reached = False
+        self._start: float | None = None
+
+    def saw(self, piece: str) -> None:
+        """A piece of the completion was produced."""
+        if self.ms <= 0:
+            return
+        now = time.monotonic()
+        if self._start is None:
+            self._start = now
+        if "\n" in piece and (now - self._start) * 1000 > self.ms:
+            self.reached = True
 
 
 def serve(server: EdgespecServer) -> None:

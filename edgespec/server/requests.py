@@ -1,7 +1,9 @@
 """Request bodies, checked field by field into plain dataclasses (or a 400 ApiError).
 
-Unknown fields are ignored, as OpenAI-compatible servers do; every field this
-server uses is type- and range-checked, and strings must be valid Unicode.
+Fields that change nothing about a completion (``user``, ...) are ignored, as
+OpenAI-compatible servers do; a field edgespec does not implement is a 400
+naming it unless its value asks for nothing (see ``unsupported``). Every field
+this server uses is type- and range-checked, and strings must be valid Unicode.
 Defaults: temperature 0 (greedy, the engine's default; code completion wants the
 most likely text), max_tokens 256, n_predict -1 (up to the context).
 """
@@ -20,6 +22,7 @@ from ..errors import InvalidParameterError
 from ..params import check_max_tokens, check_whole
 from ..sampling import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingParams
 from .errors import ApiError, bad_request
+from .unsupported import refuse_unsupported, unsupported
 
 MAX_STOP_STRINGS = 16
 UNLIMITED = 1 << 30  # max_tokens meaning "up to the context"; the session caps it
@@ -157,6 +160,8 @@ class Options:
     stop: tuple[str, ...]
     stream: bool
     include_usage: bool
+    t_max_predict_ms: int = 0  # llama-server's: stop at a newline once generating took longer
+    cache_prompt: bool = True  # False: the prompt is evaluated afresh (the KV cache emptied)
 
 
 @dataclass(frozen=True)
@@ -188,9 +193,57 @@ class InfillCall:
     prompt: str
     max_lines: int | None
     min_indent: int | None
+    response_fields: tuple[str, ...] = ()
 
 
-def _options(f: Fields, max_tokens: int) -> Options:
+_CANONICAL = ("top_k", "top_p", "min_p", "temperature", "infill", "penalties", "dry", "typ_p",
+              "xtc", "top_n_sigma")  # fmt: skip
+#: llama.cpp's sampler names and aliases (common/sampling.cpp) -> the canonical name.
+_SAMPLERS = {
+    **{n: n for n in _CANONICAL},
+    **{n.replace("_", ""): n for n in _CANONICAL},  # "topk", "minp", ...
+    "nucleus": "top_p",
+    "temp": "temperature",
+    "typ": "typ_p",
+}
+#: The letters of llama.cpp's sampler strings ("kpmt").
+_SAMPLER_CHARS = dict(zip("kpmtiedyxs", _CANONICAL, strict=True))
+
+
+def _samplers(f: Fields) -> set[str] | None:
+    """llama-server's ``samplers`` (names, or a string of their letters), or None when absent.
+
+    What edgespec makes of the list: top_k, top_p and min_p apply when listed and
+    are off when not, in edgespec's fixed order; the temperature is always the
+    ``temperature`` field (edgespec's default, 0, is greedy), listed or not.
+    "infill" is what edgespec's FIM end tokens and code stop rules already do;
+    penalties, dry, typ_p, xtc and top_n_sigma do nothing at the only values of
+    their fields edgespec accepts. Any other name is a 400.
+    """
+    v = f.raw("samplers")
+    if v is None:
+        return None
+    if isinstance(v, str):
+        names = [_SAMPLER_CHARS.get(c, c) for c in v]
+    elif isinstance(v, list) and all(isinstance(n, str) for n in v):
+        names = [n.lower().replace("-", "_") for n in v]  # "top-k" too
+    else:
+        raise f._bad("samplers", "must be a list of sampler names or a string of their letters")
+    out = set()
+    for n in names:
+        canonical = _SAMPLERS.get(n)
+        if canonical is None:
+            raise unsupported("samplers", f": no sampler '{n}'")
+        out.add(canonical)
+    return out
+
+
+def _options(f: Fields, max_tokens: int, *, skip: tuple[str, ...] = ()) -> Options:
+    """The fields every endpoint shares (``skip``: fields the endpoint checks itself)."""
+    refuse_unsupported(f.data, skip=skip)
+    # llama.vim sends t_max_prompt_ms; llama-server does not implement it either
+    # (server-schema.cpp: "TODO: implement t_max_prompt_ms"). Checked, then unused.
+    f.integer("t_max_prompt_ms", 0, minimum=-1)
     seed = f.integer("seed", None)
     stream_options = f.raw("stream_options")
     include_usage = False
@@ -202,12 +255,20 @@ def _options(f: Fields, max_tokens: int) -> Options:
     if n != 1:
         raise bad_request("only n = 1 is supported", param="n", code="unsupported_value")
     model = f.string("model", None)
+    chain = _samplers(f)
     sampling = SamplingParams(
         temperature=f.number("temperature", 0.0, minimum=0.0),
         top_k=f.integer("top_k", DEFAULT_TOP_K, minimum=0) or 0,
         top_p=f.number("top_p", DEFAULT_TOP_P, minimum=0.0, maximum=1.0, open_min=True),
         min_p=f.number("min_p", DEFAULT_MIN_P, minimum=0.0, maximum=1.0, open_max=True),
     )
+    if chain is not None:  # the filters it leaves out are off
+        sampling = SamplingParams(
+            temperature=sampling.temperature,
+            top_k=sampling.top_k if "top_k" in chain else 0,
+            top_p=sampling.top_p if "top_p" in chain else 1.0,
+            min_p=sampling.min_p if "min_p" in chain else 0.0,
+        )
     return Options(
         model=model,
         max_tokens=max_tokens,
@@ -216,7 +277,24 @@ def _options(f: Fields, max_tokens: int) -> Options:
         stop=f.stop(),
         stream=f.boolean("stream", False),
         include_usage=include_usage,
+        t_max_predict_ms=max(f.integer("t_max_predict_ms", 0, minimum=-1) or 0, 0),
+        cache_prompt=f.boolean("cache_prompt", True),
     )
+
+
+def _refuse_logprobs(f: Fields, chat: bool) -> None:
+    """Log probabilities, which edgespec does not return: a 400 when they are asked for.
+
+    Chat asks with ``logprobs: true`` (and ``top_logprobs``), text completions
+    with an integer ``logprobs`` (0 included: the chosen token's own).
+    """
+    if chat:
+        if f.boolean("logprobs", False):
+            raise unsupported("logprobs")
+        if f.integer("top_logprobs", None, minimum=0) is not None:
+            raise unsupported("top_logprobs")
+    elif f.integer("logprobs", None, minimum=0) is not None:
+        raise unsupported("logprobs")
 
 
 def _max_lines(f: Fields, default: int | None) -> int | None:
@@ -244,6 +322,7 @@ def parse_completions(data: dict[str, Any], default_max_lines: int | None) -> Co
     else:
         prompt = f.text(prompt, "prompt")
     suffix = f.string("suffix", None)
+    _refuse_logprobs(f, chat=False)
     return CompletionsCall(
         _options(f, max_tokens), prompt, suffix, _max_lines(f, default_max_lines)
     )
@@ -266,7 +345,10 @@ def parse_chat(data: dict[str, Any]) -> ChatCall:
         role = mf.string("role", None)
         if not role:
             raise mf._bad("role", "is required")
+        if m.get("tool_calls"):
+            raise unsupported(f"messages[{i}].tool_calls")
         out.append({"role": role, "content": _content(mf, m.get("content"))})
+    _refuse_logprobs(f, chat=True)
     return ChatCall(_options(f, max_tokens), out)
 
 
@@ -312,4 +394,15 @@ def parse_infill(data: dict[str, Any], default_max_lines: int | None) -> InfillC
         prompt=f.string("prompt", "") or "",
         max_lines=_max_lines(f, default_max_lines),
         min_indent=n_indent or None,
+        response_fields=_response_fields(f),
     )
+
+
+def _response_fields(f: Fields) -> tuple[str, ...]:
+    """llama-server's ``response_fields``: a list of field paths ("timings/prompt_n")."""
+    v = f.raw("response_fields")
+    if v is None:
+        return ()
+    if not isinstance(v, list):
+        raise f._bad("response_fields", "must be a list of strings")
+    return tuple(f.text(x, "response_fields") for x in v)

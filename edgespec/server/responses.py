@@ -10,10 +10,38 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .. import __version__
 from ..completion.session import CompletionResult, CompletionSession
 from ..events import Stats
+
+#: What OpenAI's ``system_fingerprint`` says (llama-server sends its build): this build.
+SYSTEM_FINGERPRINT = f"edgespec-{__version__}"
+
+#: Stops that cut the completion short: OpenAI's finish_reason "length".
+_LENGTH_STOPS = ("max_tokens", "context_full", "time_limit")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A finished completion, with what the server adds to the session's result.
+
+    Attributes:
+        result: the session's result ("time_limit" as its stop when
+            ``t_max_predict_ms`` ended it).
+        tokens_cached: tokens in the target's KV cache after the request
+            (llama-server's ``tokens_cached``).
+    """
+
+    result: CompletionResult
+    tokens_cached: int
+
+    @property
+    def finish_reason(self) -> str:
+        """OpenAI's finish_reason: "length" when a limit cut it short, else "stop"."""
+        return "length" if self.result.stop in _LENGTH_STOPS else "stop"
 
 
 def timings(stats: Stats, session: CompletionSession, result: CompletionResult) -> dict[str, Any]:
@@ -48,13 +76,14 @@ def timings(stats: Stats, session: CompletionSession, result: CompletionResult) 
     }
 
 
-def usage(prompt_tokens: int, result: CompletionResult) -> dict[str, int]:
-    """OpenAI's usage block."""
+def usage(prompt_tokens: int, result: CompletionResult) -> dict[str, Any]:
+    """OpenAI's usage block; ``cached_tokens``: prompt tokens the KV cache already held."""
     n = len(result.tokens)
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": n,
         "total_tokens": prompt_tokens + n,
+        "prompt_tokens_details": {"cached_tokens": result.stats.prompt_cached},
     }
 
 
@@ -70,7 +99,7 @@ class ResponseFormat(Protocol):
         """The prompt's size, and how it was built (``fim``, ``truncated`` when known)."""
         ...
 
-    def body(self, result: CompletionResult) -> dict[str, Any]:
+    def body(self, outcome: Outcome) -> dict[str, Any]:
         """The non-streaming response."""
         ...
 
@@ -82,7 +111,7 @@ class ResponseFormat(Protocol):
         """A streamed piece of text."""
         ...
 
-    def last_chunks(self, result: CompletionResult) -> list[dict[str, Any] | str]:
+    def last_chunks(self, outcome: Outcome) -> list[dict[str, Any] | str]:
         """What a stream ends with."""
         ...
 
@@ -108,7 +137,7 @@ class OpenAIFormat:
             "object": obj,
             "created": self.created,
             "model": self.session.name,
-            "system_fingerprint": None,
+            "system_fingerprint": SYSTEM_FINGERPRINT,
             "choices": choices,
         }
 
@@ -121,23 +150,24 @@ class OpenAIFormat:
         if not self.chat:
             return {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
         delta: dict[str, Any] = {}
-        if first:
-            delta["role"] = "assistant"
-        if text is not None:
+        if first:  # as OpenAI and llama-server: the role, and no content yet
+            delta = {"role": "assistant", "content": None}
+        elif text is not None:
             delta["content"] = text
         return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
 
-    def body(self, result: CompletionResult) -> dict[str, Any]:
+    def body(self, outcome: Outcome) -> dict[str, Any]:
         """The non-streaming response."""
+        result = outcome.result
         if self.chat:
             choice = {
                 "index": 0,
                 "message": {"role": "assistant", "content": result.text},
                 "logprobs": None,
-                "finish_reason": result.finish_reason,
+                "finish_reason": outcome.finish_reason,
             }
         else:
-            choice = self._choice(result.text, result.finish_reason)
+            choice = self._choice(result.text, outcome.finish_reason)
         out = self._envelope(self.object, [choice])
         out["usage"] = usage(self.prompt_tokens, result)
         out["timings"] = {**timings(result.stats, self.session, result), **self.extra}
@@ -147,17 +177,25 @@ class OpenAIFormat:
         """Chat streams open with the assistant role; text completions need nothing."""
         if not self.chat:
             return None
-        return self._envelope("chat.completion.chunk", [self._choice("", None, first=True)])
+        return self._envelope("chat.completion.chunk", [self._choice(None, None, first=True)])
 
     def chunk(self, text: str) -> dict[str, Any]:
         """A streamed piece of text."""
         obj = "chat.completion.chunk" if self.chat else "text_completion"
         return self._envelope(obj, [self._choice(text, None)])
 
-    def last_chunks(self, result: CompletionResult) -> list[dict[str, Any] | str]:
-        """The finish_reason chunk (with timings), the usage chunk if asked, and [DONE]."""
+    def last_chunks(self, outcome: Outcome) -> list[dict[str, Any] | str]:
+        """The finish_reason chunk (with timings), the usage chunk if asked, and [DONE].
+
+        As llama-server: a text completion's finish_reason chunk carries usage
+        always, a chat's never; ``stream_options.include_usage`` adds OpenAI's
+        usage chunk, whose ``choices`` is empty, before [DONE].
+        """
+        result = outcome.result
         obj = "chat.completion.chunk" if self.chat else "text_completion"
-        last = self._envelope(obj, [self._choice(None, result.finish_reason)])
+        last = self._envelope(obj, [self._choice(None, outcome.finish_reason)])
+        if not self.chat:
+            last["usage"] = usage(self.prompt_tokens, result)
         last["timings"] = {**timings(result.stats, self.session, result), **self.extra}
         out: list[dict[str, Any] | str] = [last]
         if self.include_usage:
@@ -177,6 +215,7 @@ _STOP_TYPE = {
     "max_lines": "limit",
     "indent": "limit",
     "suffix": "word",
+    "time_limit": "limit",
     "cancelled": "none",
 }
 
@@ -186,11 +225,19 @@ class InfillFormat:
 
     Args:
         stop_words: the request's stop strings (the body names the one that matched).
+        response_fields: llama-server's ``response_fields`` (see pick_fields).
     """
 
-    def __init__(self, session: CompletionSession, *, stop_words: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        session: CompletionSession,
+        *,
+        stop_words: tuple[str, ...],
+        response_fields: tuple[str, ...] = (),
+    ) -> None:
         self.session = session
         self.stop_words = stop_words
+        self.response_fields = response_fields
         self.prompt_tokens = 0
         self.fim = False
         self.truncated = False
@@ -202,10 +249,11 @@ class InfillFormat:
         self.fim = info.get("fim", False)
         self.truncated = info.get("truncated", False)
 
-    def body(self, result: CompletionResult, *, streamed: bool = False) -> dict[str, Any]:
+    def body(self, outcome: Outcome, *, streamed: bool = False) -> dict[str, Any]:
         """The /infill response (or, streamed, its final event, whose content is empty)."""
+        result = outcome.result
         words = self.stop_words
-        return {
+        out = {
             "index": 0,
             "content": "" if streamed else result.text,
             "tokens": [] if streamed else list(result.tokens),
@@ -214,7 +262,7 @@ class InfillFormat:
             "model": self.session.name,
             "tokens_predicted": len(result.tokens),
             "tokens_evaluated": self.prompt_tokens,
-            "tokens_cached": result.stats.prompt_cached,
+            "tokens_cached": outcome.tokens_cached,
             "has_new_line": "\n" in result.text,
             "truncated": self.truncated,
             "stop_type": _STOP_TYPE.get(result.stop, "none"),
@@ -223,6 +271,7 @@ class InfillFormat:
             "fim": self.fim,
             "timings": timings(result.stats, self.session, result),
         }
+        return pick_fields(out, self.response_fields)
 
     def first_chunk(self) -> None:
         """An /infill stream opens with text at once."""
@@ -241,6 +290,26 @@ class InfillFormat:
             "tokens_evaluated": self.prompt_tokens,
         }
 
-    def last_chunks(self, result: CompletionResult) -> list[dict[str, Any] | str]:
+    def last_chunks(self, outcome: Outcome) -> list[dict[str, Any] | str]:
         """The final event: the body without the text the stream carried."""
-        return [self.body(result, streamed=True)]
+        return [self.body(outcome, streamed=True)]
+
+
+def pick_fields(body: dict[str, Any], paths: tuple[str, ...]) -> dict[str, Any]:
+    """llama-server's ``response_fields``: only these fields, each under its path.
+
+    A path like "timings/prompt_n" reaches into nested objects and its value is
+    keyed by the whole path; a path the body lacks is left out. No paths: all.
+    """
+    if not paths:
+        return body
+    out: dict[str, Any] = {}
+    for path in paths:
+        cur: Any = body
+        for key in path.split("/"):
+            if not isinstance(cur, dict) or key not in cur:
+                break
+            cur = cur[key]
+        else:
+            out[path] = cur
+    return out

@@ -43,7 +43,7 @@ def test_disconnect_mid_stream_cancels_and_leaves_consistent_caches(fim_server: 
     # the same request again: same text, prompt from the cache
     _, after = fim_server.request("POST", "/infill", {**BODY, "n_predict": 30})
     assert after["content"] == before["content"]
-    assert after["tokens_cached"] == after["tokens_evaluated"] - 1
+    assert after["timings"]["cache_n"] == after["tokens_evaluated"] - 1
 
 
 def test_disconnect_while_waiting_for_a_whole_answer(fim_server: Running) -> None:
@@ -59,7 +59,7 @@ def test_disconnect_while_waiting_for_a_whole_answer(fim_server: Running) -> Non
         lambda: fim_server.health()["cancelled"] > cancelled or not fim_server.health()["busy"]
     )
     _, again = fim_server.request("POST", "/infill", {**BODY, "n_predict": 5})
-    assert again["tokens_predicted"] <= 5 and again["tokens_cached"] > 0
+    assert again["tokens_predicted"] <= 5 and again["timings"]["cache_n"] > 0
 
 
 def test_concurrent_requests_are_served_one_at_a_time_with_the_same_results(
@@ -110,7 +110,7 @@ def test_adaptive_gamma_keeps_the_prefix_cache(synthetic_models) -> None:
         body = {"input_prefix": "Hello the world " * 20, "n_predict": 8}
         running.request("POST", "/infill", body)
         _, again = running.request("POST", "/infill", body)
-        assert again["tokens_cached"] == again["tokens_evaluated"] - 1
+        assert again["timings"]["cache_n"] == again["tokens_evaluated"] - 1
         assert again["timings"]["gamma"] == "auto"
     finally:
         running.server.close()

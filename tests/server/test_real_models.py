@@ -65,7 +65,7 @@ def test_gemma_infill_completes_from_the_prefix_and_stops(gemma: Running) -> Non
         "POST", "/infill", {"input_prefix": CODE + "    ", "input_suffix": SUFFIX, "n_predict": 64}
     )
     assert again["content"] == r["content"]
-    assert again["tokens_cached"] == again["tokens_evaluated"] - 1
+    assert again["timings"]["cache_n"] == again["tokens_evaluated"] - 1
 
 
 def test_gemma_ngram_drafting_on_repetitive_code(gemma: Running) -> None:
