@@ -115,3 +115,71 @@ def test_errors_are_one_line(tmp_path, synthetic_models, case: str, message: str
     assert message in lines[0]
     assert "Traceback" not in r.stderr
     assert r.stdout == ""
+
+
+# ------------------------------------------------- what a new user meets first (issue 17)
+
+
+def test_generate_takes_draft_auto_as_serve_and_complete_do(synthetic_models) -> None:
+    """--draft auto means one thing everywhere: the default drafter, n-gram lookup."""
+    from edgespec.commands.options import DEFAULT_DRAFT
+    from edgespec.drafting.build import parse_draft_spec
+
+    assert parse_draft_spec("auto") == parse_draft_spec("AUTO") == parse_draft_spec("ngram")
+    assert DEFAULT_DRAFT == "auto"
+    common = ["generate", "--target", str(synthetic_models["target"]), "--prompt", "a b a b a"]
+    common += ["--max-tokens", "12", "--json", "--threads", "1", "--gamma", "3"]
+    auto, ngram = run_cli(*common, "--draft", "auto"), run_cli(*common, "--draft", "ngram")
+    assert auto.returncode == 0, auto.stderr
+    a, n = json.loads(auto.stdout), json.loads(ngram.stdout)
+    assert a["drafter"] == n["drafter"] == "ngram" and a["tokens"] == n["tokens"]
+
+
+def test_generate_chat_renders_the_prompt_in_the_targets_template(synthetic_models) -> None:
+    target = str(synthetic_models["target_fim"])  # carries a ChatML template
+    common = ["generate", "--target", target, "--max-tokens", "8", "--json", "--plain"]
+    chat = run_cli(*common, "--chat", "--prompt", "hello")
+    by_hand = "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"
+    raw = run_cli(*common, "--prompt", by_hand)
+    assert chat.returncode == 0, chat.stderr
+    assert json.loads(chat.stdout)["tokens"] == json.loads(raw.stdout)["tokens"]
+    # a base model has no template to render: one line, not a silent raw prompt
+    r = run_cli("generate", "--target", str(synthetic_models["target"]), "--chat")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1
+    assert "has no chat template" in r.stderr
+
+
+def _subcommands():
+    import argparse
+
+    from edgespec.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices
+
+
+def test_every_subcommand_and_option_explains_itself() -> None:
+    import argparse
+
+    commands = _subcommands()
+    assert "chat" in commands  # registered by tui/ through the entry point
+    for name, p in commands.items():
+        assert p.description and p.description.strip(), f"{name} has no description"
+        for action in p._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            what = f"{name} {'/'.join(action.option_strings) or action.dest}"
+            assert action.help and action.help != argparse.SUPPRESS, f"{what} has no help"
+            assert action.help.strip(), what
+
+
+def test_help_documents_the_context_and_thread_defaults() -> None:
+    from edgespec.backend import DEFAULT_CTX
+
+    for name in ("generate", "chat", "calibrate", "complete", "serve"):
+        text = _subcommands()[name].format_help()
+        flat = " ".join(text.split())
+        assert f"default {DEFAULT_CTX}" in flat and "32768" in flat, name
+        assert "or 0: one per available core" in flat, name
+    assert "most tokens to generate" in _subcommands()["generate"].format_help()

@@ -21,7 +21,12 @@ from .session import GenerationSettings, LlamaChatEngine, ModelChoice
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the chat subcommand."""
     p = sub.add_parser(
-        "chat", help="chat in the terminal and watch speculative decoding token by token"
+        "chat",
+        help="chat in the terminal and watch speculative decoding token by token",
+        description="Open the terminal chat app on --target (a model with a chat template "
+        "chats; a base model continues your text) with --draft, streaming each reply with "
+        "every token coloured by where it came from and the acceptance figures beside it. "
+        "F2/F3 step gamma, F4 the temperature, F5 the drafter, F6 shows rejected drafts.",
     )
     add_model_options(p, target=DEFAULT_CHAT_TARGET)
     add_sampling_options(p)

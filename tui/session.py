@@ -119,7 +119,7 @@ class LlamaChatEngine:
         self.choice = choice
         self.target = target
         self.drafter = drafter
-        self._draft_choice = "none" if drafter is None else display_name(choice.draft or SELF_DRAFT)
+        self._draft_choice = "none" if drafter is None else self._choice_of(choice.draft)
         template = target.chat_template()
         self.format = PromptFormat(ChatFormat.of(target, template) if template else None)
 
@@ -135,6 +135,13 @@ class LlamaChatEngine:
             draft_gpu_layers=choice.draft_gpu_layers,
         )
         return cls(choice, target, drafter)
+
+    @staticmethod
+    def _choice_of(draft: str | None) -> str:
+        """The drafter choice a --draft spec is: ngram for ngram and auto (the same
+        drafter), else the model's name."""
+        spec = parse_draft_spec(draft)
+        return NGRAM if spec.ngram and spec.model is None else display_name(draft or SELF_DRAFT)
 
     def _choices(self) -> tuple[str, ...]:
         out = ["none", NGRAM]

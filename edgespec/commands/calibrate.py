@@ -18,7 +18,13 @@ from .options import add_model_options
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the calibrate subcommand."""
-    p = sub.add_parser("calibrate", help="measure verify/draft costs on this machine")
+    p = sub.add_parser(
+        "calibrate",
+        help="measure verify/draft costs on this machine",
+        description="Measure the target's verify-cost curve (one call on 1, 2, ... tokens) "
+        "and a draft model's step cost on this machine and thread count, or show the "
+        "cached ones; --gamma auto chooses each round's draft length from them.",
+    )
     add_model_options(p)
     p.add_argument("--refresh", action="store_true", help="measure again, ignoring the cache")
     p.add_argument("--json", action="store_true", help="print JSON")

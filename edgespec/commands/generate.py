@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from ..backend import LlamaModel
+from ..chat_template import ChatFormat
 from ..engine import stream_generate
 from ..errors import InvalidParameterError
 from ..events import DoneEvent, TokenEvent, TokenKind
@@ -18,12 +20,26 @@ DEFAULT_PROMPT = "The three most useful things to know about the sea are"
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the generate subcommand."""
-    p = sub.add_parser("generate", help="generate text from a prompt")
+    p = sub.add_parser(
+        "generate",
+        help="generate text from a prompt",
+        description="Continue --prompt (or --prompt-file) with the target, speculatively "
+        "with --draft, and stream the text to stdout (figures on stderr), or print one JSON "
+        "object with --json. With --chat the prompt is one user message in the target's "
+        "chat template, so an instruct model answers it; without, the model continues the "
+        "text as it is (what a base model such as the default gemma-3-270m does).",
+    )
     add_model_options(p)
     add_sampling_options(p)
-    p.add_argument("--prompt", help="prompt text")
+    p.add_argument("--prompt", help=f"prompt text (default: {DEFAULT_PROMPT!r})")
     p.add_argument("--prompt-file", type=Path, help="read the prompt from a file")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument(
+        "--chat",
+        action="store_true",
+        help="send the prompt as a user message in the target's chat template (instruct "
+        "models, e.g. smollm2-135m-instruct), so the model answers it",
+    )
     p.add_argument("--plain", action="store_true", help="target only, no speculation")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")
     p.set_defaults(run=run)
@@ -42,6 +58,17 @@ def _read_prompt(args: argparse.Namespace) -> str:
     return args.prompt if args.prompt is not None else DEFAULT_PROMPT
 
 
+def _chat_prompt(target: LlamaModel, prompt: str) -> str:
+    """``prompt`` as the one user message of a conversation in the target's template."""
+    template = target.chat_template()
+    if not template:
+        raise InvalidParameterError(
+            f"--chat: {target.path.name} has no chat template (a base model: drop --chat "
+            "and it continues the prompt)"
+        )
+    return ChatFormat.of(target, template).render([{"role": "user", "content": prompt}])
+
+
 def run(args: argparse.Namespace) -> int:
     """Run generate; stream text to stdout, or print one JSON object with --json."""
     sampling = sampling_from_args(args)
@@ -54,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
         gpu_layers=args.gpu_layers,
         draft_gpu_layers=args.draft_gpu_layers,
     )
+    if args.chat:
+        prompt = _chat_prompt(target, prompt)
     gamma = args.gamma if drafter else 0
     done, shown = None, ""
     for ev in stream_generate(

@@ -6,6 +6,8 @@ import argparse
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ..backend import DEFAULT_CTX, default_threads
+from ..drafting.build import AUTO
 from ..engine import DEFAULT_GAMMA, DEFAULT_MAX_TOKENS
 from ..errors import InvalidParameterError
 from ..params import check_gamma, check_max_tokens, check_seed, check_whole
@@ -19,7 +21,8 @@ from ..sampling import (
 
 DEFAULT_TARGET = "gemma-3-270m"  # base model: completion and code
 DEFAULT_CHAT_TARGET = "smollm2-135m-instruct"  # the embedded model with a chat template
-DEFAULT_DRAFT = "ngram"  # no second vocabulary-compatible model installs offline
+# auto, the n-gram prompt lookup: no second vocabulary-compatible model installs offline
+DEFAULT_DRAFT = AUTO
 
 T = TypeVar("T")
 
@@ -30,13 +33,18 @@ MAX_CTX = 1 << 24  # 16,777,216 tokens: above every GGUF's training context
 
 
 DRAFT_HELP = (
-    "draft: .gguf path or model name (any vocabulary), ngram (prompt lookup), "
-    "ngram+MODEL (n-gram, else the model), or none"
+    "draft: auto (the default: n-gram prompt lookup, with --gamma auto switched off "
+    "where it does not pay), ngram (the same), a .gguf path or model name (any "
+    "vocabulary), ngram+MODEL (n-gram, else the model), or none"
 )
-# the completion commands (complete, serve) default to auto
-AUTO_DRAFT_HELP = (
-    "draft: auto (the default: n-gram prompt lookup with adaptive gamma), "
-    "ngram, none, or a .gguf path or model name"
+AUTO_DRAFT_HELP = DRAFT_HELP  # every command's --draft means the same
+
+
+THREADS_HELP = f"CPU threads (default, or 0: one per available core, {default_threads()} here)"
+CTX_HELP = (
+    f"context length in tokens (default {DEFAULT_CTX}; a model may allow more, e.g. "
+    f"gemma-3-270m 32768 and smollm2-135m-instruct 8192, at more memory; at least "
+    f"{MIN_CTX}, rounded up to a multiple of {MIN_CTX} by llama.cpp)"
 )
 
 
@@ -50,27 +58,45 @@ def add_model_options(
     """--target/--draft and how to run them (threads, context, GPU layers)."""
     p.add_argument("--target", default=target, help=f"target: .gguf path or model name ({target})")
     p.add_argument("--draft", default=draft, help=draft_help)
-    p.add_argument(
-        "--threads", type=int, default=None, help="CPU threads (0: all cores, the default)"
-    )
-    p.add_argument(
-        "--ctx",
-        type=parse_ctx,
-        default=None,
-        help=f"context length in tokens (at least {MIN_CTX}; llama.cpp rounds it up to a "
-        f"multiple of {MIN_CTX})",
-    )
+    p.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
+    p.add_argument("--ctx", type=parse_ctx, default=None, help=CTX_HELP)
     p.add_argument("--gpu-layers", type=int, default=0, help="target layers to offload")
     p.add_argument("--draft-gpu-layers", type=int, default=0, help="draft layers to offload")
 
 
 def add_sampling_options(p: argparse.ArgumentParser) -> None:
     """Sampling and speculation knobs."""
-    p.add_argument("--max-tokens", type=parse_max_tokens, default=DEFAULT_MAX_TOKENS)
-    p.add_argument("--temperature", type=float, default=DEFAULT_TEMPERATURE, help="0 = greedy")
-    p.add_argument("--top-k", type=int, default=DEFAULT_TOP_K, help="0 disables")
-    p.add_argument("--top-p", type=float, default=DEFAULT_TOP_P)
-    p.add_argument("--min-p", type=float, default=DEFAULT_MIN_P)
+    p.add_argument(
+        "--max-tokens",
+        type=parse_max_tokens,
+        default=DEFAULT_MAX_TOKENS,
+        help="most tokens to generate (default: %(default)s; it also stops at end of "
+        "generation or a full context)",
+    )
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=DEFAULT_TEMPERATURE,
+        help="0 = greedy (default %(default)s)",
+    )
+    p.add_argument(
+        "--top-k",
+        type=int,
+        default=DEFAULT_TOP_K,
+        help="keep the k likeliest tokens (default %(default)s; 0 disables)",
+    )
+    p.add_argument(
+        "--top-p",
+        type=float,
+        default=DEFAULT_TOP_P,
+        help="nucleus: keep the likeliest tokens up to this mass (default %(default)s)",
+    )
+    p.add_argument(
+        "--min-p",
+        type=float,
+        default=DEFAULT_MIN_P,
+        help="drop tokens below this fraction of the top one's probability (default %(default)s)",
+    )
     p.add_argument("--seed", type=parse_seed, default=None, help="makes sampling repeatable")
     p.add_argument(
         "--gamma",

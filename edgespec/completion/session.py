@@ -274,13 +274,12 @@ def load_session(
 ) -> CompletionSession:
     """Load a target and drafter into a session.
 
-    ``draft`` is none, ngram, a model, or auto: the n-gram drafter (free, and at
-    its best on code, which repeats itself) with the engine's adaptive gamma.
-    With gamma "auto" the target's cost curve is measured now if it is not
-    cached yet, rather than during a request.
+    ``draft`` is what --draft takes (``edgespec.drafting.build.parse_draft_spec``):
+    none, ngram, a model, or auto, the default drafter, n-gram prompt lookup (free,
+    and at its best on code, which repeats itself); ``gamma`` is the engine's
+    adaptive gamma unless given. With gamma "auto" the target's cost curve is
+    measured now if it is not cached yet, rather than during a request.
     """
-    if draft is not None and draft.lower() == AUTO:
-        draft, gamma = "ngram", AUTO
     gamma = check_gamma(gamma)
     model, drafter = load_pair(
         target,

@@ -1,7 +1,9 @@
 """From a drafter spec (what --draft takes) to a drafter for an already-loaded target.
 
-A spec is ``none`` (or empty), ``ngram`` (prompt lookup), MODEL (a .gguf path or a
-catalog name) or ``ngram+MODEL`` (the lookup first, the model where it finds nothing).
+A spec is ``none`` (or empty), ``ngram`` (prompt lookup), ``auto`` (the default
+drafter, which is the prompt lookup: free, and the adaptive gamma turns it off where
+it does not pay), MODEL (a .gguf path or a catalog name) or ``ngram+MODEL`` (the
+lookup first, the model where it finds nothing).
 Where model files come from is the caller's ``resolve`` (``edgespec.loading.
 resolve_model``): drafting knows nothing of the model store, and loading, which
 imports this module, is never imported by it.
@@ -23,6 +25,7 @@ from .ngram import NgramDrafter
 
 NO_DRAFT = ("none", "")
 NGRAM = "ngram"
+AUTO = "auto"  # the default drafter: what every command's --draft auto means
 
 
 @dataclass(frozen=True)
@@ -34,12 +37,15 @@ class DraftSpec:
 
 
 def parse_draft_spec(spec: str | None) -> DraftSpec:
-    """``spec`` (none, ngram, MODEL or ngram+MODEL; ``ngram`` in any case) taken apart."""
+    """``spec`` (none, ngram, auto, MODEL or ngram+MODEL; keywords in any case) taken apart.
+
+    ``auto`` is the n-gram prompt lookup, as ``ngram``.
+    """
     spec = (spec or "").strip()
     lowered = spec.lower()
     if lowered in NO_DRAFT:
         return DraftSpec(ngram=False, model=None)
-    if lowered == NGRAM:
+    if lowered in (NGRAM, AUTO):
         return DraftSpec(ngram=True, model=None)
     if lowered.startswith(NGRAM + "+"):
         return DraftSpec(ngram=True, model=spec[len(NGRAM) + 1 :].strip())
