@@ -13,7 +13,7 @@ from .. import __version__
 from ..chat_template import CHATML
 from ..completion.session import CompletionSession
 from ..engine import DEFAULT_MAX_TOKENS
-from ..sampling import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P
+from ..sampling import DEFAULT_MIN_P, DEFAULT_PENALTY_LAST_N, DEFAULT_TOP_K, DEFAULT_TOP_P
 from .errors import bad_request
 from .requests import Fields
 
@@ -83,6 +83,7 @@ def default_params() -> dict[str, Any]:
         "top_k": DEFAULT_TOP_K,
         "top_p": DEFAULT_TOP_P,
         "min_p": DEFAULT_MIN_P,
+        "repeat_last_n": DEFAULT_PENALTY_LAST_N,
         "repeat_penalty": 1.0,
         "presence_penalty": 0.0,
         "frequency_penalty": 0.0,
@@ -91,7 +92,7 @@ def default_params() -> dict[str, Any]:
         "n_predict": DEFAULT_MAX_TOKENS,
         "stream": False,
         "n_probs": 0,
-        "samplers": ["top_k", "min_p", "top_p", "temperature"],
+        "samplers": ["penalties", "top_k", "min_p", "top_p", "temperature"],
         "cache_prompt": True,
         "t_max_predict_ms": 0,
     }

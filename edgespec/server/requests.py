@@ -20,7 +20,13 @@ from ..completion.fim import ExtraChunk
 from ..engine import DEFAULT_MAX_TOKENS
 from ..errors import InvalidParameterError
 from ..params import check_max_tokens, check_whole
-from ..sampling import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingParams
+from ..sampling import (
+    DEFAULT_MIN_P,
+    DEFAULT_PENALTY_LAST_N,
+    DEFAULT_TOP_K,
+    DEFAULT_TOP_P,
+    SamplingParams,
+)
 from .errors import ApiError, bad_request
 from .unsupported import refuse_unsupported, unsupported
 
@@ -213,12 +219,12 @@ _SAMPLER_CHARS = dict(zip("kpmtiedyxs", _CANONICAL, strict=True))
 def _samplers(f: Fields) -> set[str] | None:
     """llama-server's ``samplers`` (names, or a string of their letters), or None when absent.
 
-    What edgespec makes of the list: top_k, top_p and min_p apply when listed and
-    are off when not, in edgespec's fixed order; the temperature is always the
-    ``temperature`` field (edgespec's default, 0, is greedy), listed or not.
-    "infill" is what edgespec's FIM end tokens and code stop rules already do;
-    penalties, dry, typ_p, xtc and top_n_sigma do nothing at the only values of
-    their fields edgespec accepts. Any other name is a 400.
+    What edgespec makes of the list: penalties, top_k, top_p and min_p apply when
+    listed and are off when not, in edgespec's fixed order; the temperature is
+    always the ``temperature`` field (edgespec's default, 0, is greedy), listed or
+    not. "infill" is what edgespec's FIM end tokens and code stop rules already
+    do; dry, typ_p, xtc and top_n_sigma do nothing at the only values of their
+    fields edgespec accepts. Any other name is a 400.
     """
     v = f.raw("samplers")
     if v is None:
@@ -236,6 +242,22 @@ def _samplers(f: Fields) -> set[str] | None:
             raise unsupported("samplers", f": no sampler '{n}'")
         out.add(canonical)
     return out
+
+
+def _penalties(f: Fields) -> dict[str, Any]:
+    """Repetition penalties under llama-server's names (and OpenAI's two), as llama.cpp's.
+
+    ``repeat_last_n`` (alias ``penalty_last_n``): tokens looked back at, 0 off, -1 all.
+    """
+    last_n = f.integer("repeat_last_n", None, minimum=-1)
+    if last_n is None:
+        last_n = f.integer("penalty_last_n", DEFAULT_PENALTY_LAST_N, minimum=-1)
+    return {
+        "repeat_penalty": f.number("repeat_penalty", 1.0, minimum=0.0, open_min=True),
+        "presence_penalty": f.number("presence_penalty", 0.0),
+        "frequency_penalty": f.number("frequency_penalty", 0.0),
+        "penalty_last_n": last_n,
+    }
 
 
 def _options(f: Fields, max_tokens: int, *, skip: tuple[str, ...] = ()) -> Options:
@@ -256,19 +278,24 @@ def _options(f: Fields, max_tokens: int, *, skip: tuple[str, ...] = ()) -> Optio
         raise bad_request("only n = 1 is supported", param="n", code="unsupported_value")
     model = f.string("model", None)
     chain = _samplers(f)
-    sampling = SamplingParams(
-        temperature=f.number("temperature", 0.0, minimum=0.0),
-        top_k=f.integer("top_k", DEFAULT_TOP_K, minimum=0) or 0,
-        top_p=f.number("top_p", DEFAULT_TOP_P, minimum=0.0, maximum=1.0, open_min=True),
-        min_p=f.number("min_p", DEFAULT_MIN_P, minimum=0.0, maximum=1.0, open_max=True),
-    )
-    if chain is not None:  # the filters it leaves out are off
-        sampling = SamplingParams(
-            temperature=sampling.temperature,
-            top_k=sampling.top_k if "top_k" in chain else 0,
-            top_p=sampling.top_p if "top_p" in chain else 1.0,
-            min_p=sampling.min_p if "min_p" in chain else 0.0,
-        )
+    picked: dict[str, Any] = {
+        "temperature": f.number("temperature", 0.0, minimum=0.0),
+        "top_k": f.integer("top_k", DEFAULT_TOP_K, minimum=0) or 0,
+        "top_p": f.number("top_p", DEFAULT_TOP_P, minimum=0.0, maximum=1.0, open_min=True),
+        "min_p": f.number("min_p", DEFAULT_MIN_P, minimum=0.0, maximum=1.0, open_max=True),
+        **_penalties(f),
+    }
+    if chain is not None:  # what it leaves out is off
+        off = {"top_k": {"top_k": 0}, "top_p": {"top_p": 1.0}, "min_p": {"min_p": 0.0},
+               "penalties": {"repeat_penalty": 1.0, "presence_penalty": 0.0,
+                             "frequency_penalty": 0.0}}  # fmt: skip
+        for name, neutral in off.items():
+            if name not in chain:
+                picked.update(neutral)
+    try:
+        sampling = SamplingParams(**picked)
+    except InvalidParameterError as e:  # a value only the whole set refuses (1/repeat_penalty)
+        raise bad_request(str(e), code="invalid_value") from None
     return Options(
         model=model,
         max_tokens=max_tokens,

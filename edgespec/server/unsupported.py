@@ -43,8 +43,8 @@ def _bool(v: Any, _body: Mapping[str, Any]) -> bool:
     return isinstance(v, bool)
 
 
-#: Field -> what counts as asking for nothing. Penalties, grammars and log
-#: probabilities are listed here until edgespec implements them.
+#: Field -> what counts as asking for nothing. Grammars and log probabilities
+#: are listed here until the server can pass them to the engine.
 NEUTRAL: dict[str, Neutral] = {
     # OpenAI
     "tools": _empty,
@@ -53,17 +53,12 @@ NEUTRAL: dict[str, Neutral] = {
     "function_call": _no_tools,
     "parallel_tool_calls": _bool,  # nothing to parallelize without tools
     "logit_bias": _empty,
-    "presence_penalty": _is(0),
-    "frequency_penalty": _is(0),
     "best_of": _is(1),
     "response_format": lambda v, _b: v == {"type": "text"},
     "audio": _empty,
     "modalities": lambda v, _b: v == ["text"],
     "prediction": _empty,
     # llama-server (tools/server/server-schema.cpp)
-    "repeat_penalty": _is(1),
-    "repeat_last_n": lambda v, b: _no_penalty(b),
-    "penalty_last_n": lambda v, b: _no_penalty(b),
     "grammar": _empty,
     "json_schema": lambda v, _b: False,
     "n_probs": _is(0),
@@ -87,14 +82,6 @@ NEUTRAL: dict[str, Neutral] = {
     "n_cmpl": _is(1),
     "chat_template_kwargs": _empty,
 }
-
-
-def _no_penalty(body: Mapping[str, Any]) -> bool:
-    """repeat_last_n only matters when a penalty is on."""
-    return all(
-        body.get(k) is None or NEUTRAL[k](body[k], body)
-        for k in ("repeat_penalty", "presence_penalty", "frequency_penalty")
-    )
 
 
 def refuse_unsupported(

@@ -240,9 +240,6 @@ UNIMPLEMENTED = [
     ("tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]),
     ("tool_choice", "required"),
     ("logit_bias", {"42": 3}),
-    ("presence_penalty", 0.5),
-    ("frequency_penalty", 0.5),
-    ("repeat_penalty", 1.3),
     ("response_format", {"type": "json_object"}),
     ("grammar", 'root ::= "a"'),
     ("json_schema", {"type": "object"}),
@@ -298,3 +295,30 @@ def test_t_max_predict_ms_stops_at_a_newline_after_the_time(
     served = fim_server.health()["cancelled"]
     fim_server.request("POST", "/v1/completions", {"prompt": "Hello", "t_max_predict_ms": 100})
     assert fim_server.health()["cancelled"] == served  # a time limit is no cancel
+
+
+def test_repetition_penalties(fim_server: Running) -> None:
+    """llama-server's repeat_penalty / repeat_last_n and OpenAI's presence and frequency
+    penalties reach the sampler: a huge presence penalty over the whole context leaves
+    greedy decoding no token it has seen, the prompt's included."""
+    body = {"input_prefix": "Hello the world of people", "n_predict": 24, "max_lines": 0}
+    _, plain = fim_server.request("POST", "/infill", body)
+    assert len(set(plain["tokens"])) < len(plain["tokens"])  # it repeats itself
+    status, r = fim_server.request(
+        "POST", "/infill", {**body, "presence_penalty": 1e4, "repeat_last_n": -1}
+    )
+    assert status == 200 and len(r["tokens"]) > 1
+    assert len(set(r["tokens"])) == len(r["tokens"])
+    prompt = fim_server.session.target.tokens[: r["tokens_evaluated"]]
+    assert not set(r["tokens"]) & set(prompt)
+    # repeat_last_n 0 turns them off, as a sampler list without "penalties" does
+    off = {**body, "presence_penalty": 1e4, "repeat_last_n": 0}
+    assert fim_server.request("POST", "/infill", off)[1]["tokens"] == plain["tokens"]
+    off = {**body, "frequency_penalty": 1e4, "samplers": ["top_k"]}
+    assert fim_server.request("POST", "/infill", off)[1]["tokens"] == plain["tokens"]
+    c = client(fim_server).chat.completions.create(
+        model="x", messages=MSGS, max_tokens=8, frequency_penalty=2.0, presence_penalty=1.5,
+        extra_body={"repeat_penalty": 1.3},
+    )  # fmt: skip
+    assert c.usage.completion_tokens >= 1
+    assert fim_server.request("POST", "/infill", {**body, "repeat_penalty": 0})[0] == 400
