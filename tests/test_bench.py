@@ -270,6 +270,78 @@ def test_projection_uses_the_per_token_acceptance() -> None:
     assert old_proj == {"formula": None, "rounds": 3.4}
 
 
+def _flagged_report(
+    plain: list[float], auto: list[float], *, depth_ceiling: float | None = None
+) -> dict:
+    """build_report on "tiny" with plain, ngram auto and ngram g=2 (auto's figures) and,
+    optionally, a ceiling timed at the workload's depth."""
+    e = "edgespec"
+    info = {
+        "target": "t.gguf", "threads": 1,
+        "drafters": {"ngram": {"model": None, "cost_ratio": 0.0}},
+        "configs": [
+            {"label": "plain", "kind": e, "drafter": None, "gamma": 0},
+            {"label": "ngram auto", "kind": e, "drafter": "ngram", "gamma": "auto"},
+            {"label": "ngram g=2", "kind": e, "drafter": "ngram", "gamma": 2},
+        ],
+    }  # fmt: skip
+    if depth_ceiling is not None:
+        info["depth_ceilings"] = {"tiny": {"depth": 40, "batch": 8, "speedup": depth_ceiling}}
+    records = {"plain": _recs(*plain), "ngram auto": _recs(*auto), "ngram g=2": _recs(*auto)}
+    meta = {"reps": len(plain)}
+    return build_report({"tiny": records}, info, [parse_workload(TINY_WORKLOAD)], meta)
+
+
+def test_one_repetition_judges_no_goal() -> None:
+    """bench --quick's one repetition printed "met: yes": one run has no spread to see."""
+    report = _flagged_report([10.0], [20.0])
+    assert report["goals"] and all(g["met"] is None for g in report["goals"])
+    assert all("1 repetition" in g["not_judged"] for g in report["goals"])
+    text = text_report(report)
+    assert "| yes |" not in text and "not judged (1 repetition" in text
+    assert "one repetition" in text and "no goal is judged" in text
+    # two repetitions are judged
+    assert all(g["met"] is True for g in _flagged_report([10, 10], [20, 20])["goals"])
+
+
+def test_a_speedup_above_the_ceiling_is_flagged_not_credited() -> None:
+    """3.96x next to a ceiling of 2.63x: noise, not a speed-up."""
+    report = _flagged_report([10, 10, 10], [39.6, 39.6, 39.6], depth_ceiling=2.63)
+    w = report["workloads"]["tiny"]
+    assert w["configs"]["ngram auto"]["over_ceiling"] is True
+    assert w["configs"]["plain"]["over_ceiling"] is False
+    assert any("3.96x is above the measured ceiling of 2.63x" in f for f in w["flags"])
+    never = next(g for g in report["goals"] if g["goal"].startswith("never loses"))
+    assert never["met"] is None and "ceiling" in never["not_judged"]
+    assert "| 3.96x ! |" in summary_table(report)
+    assert "- tiny: ngram auto: 3.96x is above" in text_report(report)
+    # under the ceiling: no flag, judged
+    quiet = _flagged_report([10, 10, 10], [20, 20, 20], depth_ceiling=2.63)
+    assert quiet["workloads"]["tiny"]["flags"] == []
+    assert all(g["met"] is not None for g in quiet["goals"])
+    assert "Warnings" not in text_report(quiet)
+
+
+def test_the_larger_ceiling_bounds_the_speedups() -> None:
+    """Either ceiling is a bound; the larger one (here the calibrated curve's 4x) is the
+    one a real speed-up stays under, so 3x at a depth ceiling of 2.5x is not flagged."""
+    report = _flagged_report([10, 10, 10], [30, 30, 30], depth_ceiling=2.5)
+    report["calibration"] = {"target": [0.01, 0.005, 0.0075, 0.01]}  # 4 tokens: 4x
+    finish(report)
+    assert report["verify_ceiling"]["speedup"] == pytest.approx(4.0)
+    assert report["workloads"]["tiny"]["configs"]["ngram auto"]["over_ceiling"] is False
+
+
+def test_plain_that_varies_across_repetitions_is_flagged() -> None:
+    report = _flagged_report([10, 13, 10], [20, 20, 20])
+    w = report["workloads"]["tiny"]
+    assert w["plain_spread"] == pytest.approx(0.3)
+    assert any("plain tok/s varied 30% across repetitions" in f for f in w["flags"])
+    assert "varied 30%" in text_report(report)
+    steady = _flagged_report([10, 10.5, 10], [20, 20, 20])["workloads"]["tiny"]
+    assert steady["plain_spread"] == pytest.approx(0.05) and steady["flags"] == []
+
+
 def test_goals_table_never_prints_a_miss_as_the_threshold() -> None:
     def row(value: float) -> str:
         goal = {"goal": "g", "value": value, "threshold": 0.97, "met": value >= 0.97}

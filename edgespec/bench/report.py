@@ -6,7 +6,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import llamacpp
-from .stats import RunRecord, best_key, check_goals, median_ratio, summarise, verify_ceiling
+from .stats import (
+    PLAIN_SPREAD,
+    RunRecord,
+    best_key,
+    check_goals,
+    median_ratio,
+    over_ceiling,
+    spread,
+    summarise,
+    verify_ceiling,
+)
 from .workloads import Workload
 
 PLAIN = "plain"
@@ -51,12 +61,14 @@ def finish(report: dict[str, Any]) -> dict[str, Any]:
     """Figures derived from a report's own data (idempotent; also brings an older saved
     report up to date): the verify-cost ceiling; no projection for llama.cpp rows, and no
     formula projection where it was computed from accepted/drafted instead of alpha; the
-    comparisons with the best fixed gamma and llama.cpp's binaries; the goals."""
+    flags on figures not to trust (see ``_flag``); the comparisons with the best fixed
+    gamma and llama.cpp's binaries; the goals, judged only from trustworthy figures."""
     curve = report.get("calibration", {}).get("target")
     if curve:
         k, ceiling = verify_ceiling(curve)
         report["verify_ceiling"] = {"batch": k, "speedup": ceiling}
     for w in report.get("workloads", {}).values():
+        _flag(w, report.get("verify_ceiling"))
         for row in w["configs"].values():
             proj = row.get("projection")
             if row.get("kind") != "edgespec":
@@ -66,6 +78,41 @@ def finish(report: dict[str, Any]) -> dict[str, Any]:
         _compare(w, report["drafters"])
     report["goals"] = check_goals(report.get("workloads", {}))
     return report
+
+
+def ceiling_of(w: Mapping[str, Any], verify: Mapping[str, Any] | None) -> float | None:
+    """The highest speed-up a workload's rows can honestly show: the larger of the
+    calibrated verify-cost ceiling and the one timed at the workload's depth (each is a
+    bound; the larger one leaves no real speed-up flagged). None if neither was timed."""
+    found = [c["speedup"] for c in (verify, w.get("depth_ceiling")) if c]
+    return max(found) if found else None
+
+
+def _flag(w: dict[str, Any], verify: Mapping[str, Any] | None) -> None:
+    """Mark what a busy machine or too few repetitions make untrustworthy: each row's
+    ``over_ceiling`` (a speed-up above the ceiling no drafter can pass), the workload's
+    ``plain_spread`` ((max - min) / median of plain tok/s across repetitions) and
+    ``flags``, one sentence each."""
+    rows = w["configs"]
+    ceiling = ceiling_of(w, verify)
+    flags: list[str] = []
+    for label, row in rows.items():
+        row["over_ceiling"] = over_ceiling(row.get("speedup"), ceiling)
+        if row["over_ceiling"]:
+            flags.append(
+                f"{label}: {row['speedup']:.2f}x is above the measured ceiling of "
+                f"{ceiling:.2f}x, so its timings were disturbed (a busy machine?), not sped up"
+            )
+    plain = rows.get(PLAIN, {})
+    w["plain_spread"] = spread(plain.get("tokens_per_second_all", []))
+    if plain.get("reps") == 1:
+        flags.append("one repetition: no variation to judge the timings by, and no goal is judged")
+    elif w["plain_spread"] is not None and w["plain_spread"] > PLAIN_SPREAD:
+        flags.append(
+            f"plain tok/s varied {w['plain_spread']:.0%} across repetitions (over "
+            f"{PLAIN_SPREAD:.0%}): a busy machine; its speed-ups are unreliable"
+        )
+    w["flags"] = flags
 
 
 def _compare(w: dict[str, Any], drafters: Mapping[str, Any]) -> None:
@@ -83,6 +130,9 @@ def _compare(w: dict[str, Any], drafters: Mapping[str, Any]) -> None:
         fixed = {k: v for k, v in rows.items() if v["drafter"] == spec and k != auto
                  and v["kind"] == "edgespec"}  # fmt: skip
         a: dict[str, Any] = {"speedup": rows[auto]["speedup"] if auto in rows else None}
+        if auto in rows:  # what the goals need to know the figures can be trusted
+            a["reps"] = min(rows[auto]["reps"], rows[PLAIN]["reps"]) if PLAIN in rows else 0
+            a["over_ceiling"] = rows[auto].get("over_ceiling", False)
         best = best_key(fixed)
         if auto in rows and best is not None:
             a["best_fixed_gamma"] = fixed[best]["gamma"]
@@ -132,7 +182,9 @@ def summary_table(report: Mapping[str, Any]) -> str:
         cells = [wname, f"{w['temperature']:g}", _fmt(rows[PLAIN]["tokens_per_second"], ".1f")]
         for d in drafters:
             a = w["auto"].get(d, {})
-            cells.append(_fmt(a.get("speedup"), ".2f", "x"))
+            cells.append(
+                _fmt(a.get("speedup"), ".2f", "x") + (" !" if a.get("over_ceiling") else "")
+            )
             bf = a.get("best_fixed_speedup")
             cells.append("-" if bf is None else f"{bf:.2f}x ({a['best_fixed_gamma']})")
         lk = w.get("llama_lookup_best")
@@ -162,7 +214,7 @@ def detail_table(report: Mapping[str, Any], wname: str) -> str:
         cells = [
             label,
             _fmt(r["tokens_per_second"], ".1f"),
-            _fmt(r["speedup"], ".2f", "x"),
+            _fmt(r["speedup"], ".2f", "x") + (" !" if r.get("over_ceiling") else ""),
             _fmt(r["acceptance_rate"] if label != PLAIN else None, ".2f"),
             _fmt(r["mean_accepted_per_call"] if is_edge else None, ".2f"),
             _fmt(r["gamma_mean"] if is_edge else None, ".1f"),
@@ -180,8 +232,11 @@ def goals_table(report: Mapping[str, Any]) -> str:
     """The issue's goals: measured value, threshold, met or not."""
     lines = ["| goal | measured | needed | met |", "|---|---|---|---|"]
     for g in report["goals"]:
-        met = "yes" if g["met"] else "**no**"
-        value = _goal_value(g["value"], g["threshold"], g["met"])
+        if g["met"] is None:
+            met = f"not judged ({g.get('not_judged', 'untrustworthy figures')})"
+        else:
+            met = "yes" if g["met"] else "**no**"
+        value = _goal_value(g["value"], g["threshold"], bool(g["met"]))
         lines.append(f"| {g['goal']} | {value}x | {g['threshold']:.2f}x | {met} |")
     return "\n".join(lines)
 
@@ -206,6 +261,20 @@ PROJECTION_NOTE = (
 )
 
 
+def warning_lines(report: Mapping[str, Any]) -> list[str]:
+    """One line per flag (see ``_flag``), naming its workloads ("every workload" when
+    all of them share it, as one repetition does)."""
+    where: dict[str, list[str]] = {}
+    for wname, w in report["workloads"].items():
+        for flag in w.get("flags", []):
+            where.setdefault(flag, []).append(wname)
+    n = len(report["workloads"])
+    return [
+        f"- {'every workload' if len(names) == n > 1 else ', '.join(names)}: {flag}"
+        for flag, names in where.items()
+    ]
+
+
 def text_report(report: Mapping[str, Any]) -> str:
     """Everything as Markdown: summary, per-workload details, goals."""
     parts = [
@@ -224,6 +293,9 @@ def text_report(report: Mapping[str, Any]) -> str:
         "",
         summary_table(report),
     ]
+    warnings = warning_lines(report)
+    if warnings:
+        parts += ["", "**Warnings** (! marks a speed-up above the ceiling):", *warnings]
     for wname in report["workloads"]:
         parts += ["", f"### {wname}", "", detail_table(report, wname)]
     parts += ["", PROJECTION_NOTE, "", goals_table(report)]

@@ -18,6 +18,10 @@ EDIT_SPEEDUP = 2.0  # adaptive n-gram on code editing >= 2x plain
 EDIT_VS_LOOKUP = 1.15  # ... and >= 1.15x llama-lookup at its best draft length
 NEAR_BEST_FIXED = 0.95  # adaptive within 5% of the best fixed gamma
 
+# how far a run's figures can be trusted
+MIN_REPS = 2  # no goal is judged from fewer repetitions: one run has no spread to see
+PLAIN_SPREAD = 0.10  # plain tok/s varying more than this across repetitions: a busy machine
+
 
 @dataclass
 class RunRecord(DraftRatios):
@@ -180,6 +184,20 @@ def _projection(
     }
 
 
+def spread(values: Iterable[float | None]) -> float | None:
+    """(max - min) / median of the values that ran; None for fewer than two."""
+    vals = [v for v in values if v is not None]
+    if len(vals) < 2 or median(vals) <= 0:
+        return None
+    return (max(vals) - min(vals)) / median(vals)
+
+
+def over_ceiling(speedup: float | None, ceiling: float | None) -> bool:
+    """True when a speed-up is above the verify-cost ceiling, which no drafter can pass
+    (every draft accepted, free drafts): the timings were noise, not a speed-up."""
+    return speedup is not None and ceiling is not None and speedup > ceiling
+
+
 def best_key(rows: Mapping[str, Mapping[str, Any]]) -> str | None:
     """The key of the row with the highest speed-up over plain (median of the paired
     per-repetition ratios, as the goals compare); None if no row has one."""
@@ -194,7 +212,10 @@ def check_goals(workloads: Mapping[str, Mapping[str, Any]]) -> list[dict[str, An
 
     workloads[name] holds ``temperature``, ``auto`` ({drafter: {speedup,
     vs_best_fixed}}) and, where measured, ``vs_llama_lookup`` (adaptive n-gram
-    tokens/s over llama-lookup's at its best draft length, median paired ratio).
+    tokens/s over llama-lookup's at its best draft length, median paired ratio). An
+    auto entry's ``reps`` (repetitions it and plain both ran) and ``over_ceiling``
+    (its speed-up is above the verify-cost ceiling) leave its goals unjudged (``met``
+    None, ``not_judged`` the reason) below MIN_REPS repetitions or over the ceiling.
     """
     goals: list[dict[str, Any]] = []
     for wname, w in workloads.items():
@@ -202,7 +223,10 @@ def check_goals(workloads: Mapping[str, Mapping[str, Any]]) -> list[dict[str, An
             if a.get("speedup") is not None:
                 goals.append(
                     _goal(
-                        f"never loses: {wname}, {drafter} auto vs plain", a["speedup"], NEVER_LOSES
+                        f"never loses: {wname}, {drafter} auto vs plain",
+                        a["speedup"],
+                        NEVER_LOSES,
+                        _why_not(a),
                     )  # fmt: skip
                 )
             if a.get("vs_best_fixed") is not None:
@@ -212,13 +236,14 @@ def check_goals(workloads: Mapping[str, Mapping[str, Any]]) -> list[dict[str, An
                         f"{a.get('best_fixed_gamma')}",
                         a["vs_best_fixed"],
                         NEAR_BEST_FIXED,
+                        _why_not(a),
                     )
                 )
         if wname == "code_editing":
             ngram = w.get("auto", {}).get("ngram")
             if ngram and ngram.get("speedup") is not None:
                 goals.append(_goal("code editing: ngram auto vs plain", ngram["speedup"],
-                                   EDIT_SPEEDUP))  # fmt: skip
+                                   EDIT_SPEEDUP, _why_not(ngram)))  # fmt: skip
             if w.get("vs_llama_lookup") is not None:
                 goals.append(
                     _goal(
@@ -226,10 +251,26 @@ def check_goals(workloads: Mapping[str, Mapping[str, Any]]) -> list[dict[str, An
                         f"{w.get('llama_lookup_best')})",
                         w["vs_llama_lookup"],
                         EDIT_VS_LOOKUP,
+                        _why_not(ngram or {}),
                     )
                 )
     return goals
 
 
-def _goal(name: str, value: float, threshold: float) -> dict[str, Any]:
+def _goal(name: str, value: float, threshold: float, why_not: str | None = None) -> dict[str, Any]:
+    """A goal with its verdict; ``met`` None (not judged) with the reason ``why_not``."""
+    if why_not is not None:
+        return {"goal": name, "value": value, "threshold": threshold, "met": None,
+                "not_judged": why_not}  # fmt: skip
     return {"goal": name, "value": value, "threshold": threshold, "met": value >= threshold}
+
+
+def _why_not(a: Mapping[str, Any]) -> str | None:
+    """Why an adaptive row's figures judge no goal: too few repetitions (``reps``, the
+    repetitions it and plain both ran) or a speed-up over the ceiling; None to judge."""
+    reps = a.get("reps")
+    if reps is not None and reps < MIN_REPS:
+        return f"{reps} repetition{'s' if reps != 1 else ''}: at least {MIN_REPS} needed"
+    if a.get("over_ceiling"):
+        return "speed-up above the verify-cost ceiling: timing noise"
+    return None

@@ -82,7 +82,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="a smoke run: 1 rep, 48 tokens, gammas auto,4 (explicit options still win)",
+        help="a smoke run: 1 rep, 48 tokens, gammas auto,4 (explicit options still win); "
+        "one repetition judges no goal",
     )
     p.set_defaults(run=run)
 
