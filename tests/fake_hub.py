@@ -7,6 +7,9 @@ Two ``http.server`` instances on 127.0.0.1 (free ports), each in a thread:
   ``X-Linked-Etag`` (the sha256), ``X-Linked-Size`` and ``ETag``; ``401`` with
   ``X-Error-Code: GatedRepo`` / ``RepoNotFound`` for gated or unknown repos, ``404``
   with ``RevisionNotFound`` / ``EntryNotFound``;
+* the hub also answers ``GET /api/models/{owner}/{repo}/tree/{revision}`` (what
+  ``HfApi.list_repo_tree`` asks) with every file: path, size, and the ``lfs`` sha256
+  for ``.gguf`` files (as the Hub stores them in LFS), folders too;
 * the *CDN* (another origin, as on the real Hub, so clients stop following the
   HEAD's redirect there) serves the bytes with ``ETag``, ``Accept-Ranges`` and
   ``Range: bytes=N-`` (``206`` + ``Content-Range``).
@@ -20,6 +23,7 @@ while the hub's metadata still answers). Every request is logged in ``requests``
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -67,8 +71,42 @@ class FakeHub:
                 return data
         return None
 
+    def tree(self, h: BaseHTTPRequestHandler, parts: list[str]) -> None:
+        repo, revision = f"{parts[2]}/{parts[3]}", parts[5]
+        if repo in self.gated:
+            msg = f"Access to model {repo} is restricted. You must be authenticated."
+            return _reply(h, 401, {"X-Error-Code": "GatedRepo", "X-Error-Message": msg})
+        if not any(r == repo for r, _ in self.files):
+            msg = "Repository not found"
+            return _reply(h, 401, {"X-Error-Code": "RepoNotFound", "X-Error-Message": msg})
+        if revision not in self.revisions:
+            return _reply(h, 404, {"X-Error-Code": "RevisionNotFound"})
+        entries: list[dict[str, Any]] = []
+        folders: set[str] = set()
+        for (r, name), data in sorted(self.files.items()):
+            if r != repo:
+                continue
+            bits = name.split("/")
+            for i in range(1, len(bits)):
+                folders.add("/".join(bits[:i]))
+            blob = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+            entry: dict[str, Any] = {"type": "file", "oid": blob, "size": len(data), "path": name}
+            if name.endswith(".gguf"):
+                sha = hashlib.sha256(data).hexdigest()
+                entry["lfs"] = {"oid": sha, "size": len(data), "pointerSize": 134}
+            entries.append(entry)
+        entries += [{"type": "directory", "oid": "0" * 40, "size": 0, "path": f} for f in folders]
+        body = json.dumps(sorted(entries, key=lambda e: e["path"])).encode()
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
+
     def resolve(self, h: BaseHTTPRequestHandler) -> None:
         parts = h.path.split("?")[0].lstrip("/").split("/")
+        if len(parts) >= 6 and parts[:2] == ["api", "models"] and parts[4] == "tree":
+            return self.tree(h, parts)
         if len(parts) < 5 or parts[2] != "resolve":
             return _reply(h, 404, {"X-Error-Code": "RepoNotFound"})
         repo, revision, filename = f"{parts[0]}/{parts[1]}", parts[3], "/".join(parts[4:])
@@ -166,7 +204,9 @@ class running:
     def __enter__(self) -> FakeHub:
         hub_srv, cdn_srv = self.servers
         self.hub.url = f"http://127.0.0.1:{hub_srv.server_address[1]}"
-        self.hub.cdn_url = f"http://127.0.0.1:{cdn_srv.server_address[1]}"
+        # Another host name for the same loopback server, as the real CDN is another host:
+        # huggingface_hub 2.0 follows a HEAD's redirect when only the port differs.
+        self.hub.cdn_url = f"http://localhost:{cdn_srv.server_address[1]}"
         self.threads = [
             threading.Thread(target=s.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
             for s in self.servers

@@ -1,4 +1,5 @@
-"""``edgespec models``: the catalog, what is present locally, and which pairs are compatible."""
+"""``edgespec models``: the catalog, what is present locally, models pulled by Hub name,
+and which pairs are compatible."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from ..errors import EdgespecError
 from ..modelstore.catalog import Catalog, CatalogModel, HubSource, load_catalog
 from ..modelstore.fetch import ModelStatus, model_status
+from ..modelstore.hfspec import InstalledHfModel, installed_hf_models
 from ..modelstore.store import models_dir
 
 
@@ -19,7 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "models",
         help="list catalog models, local files and compatible pairs",
         description="The model catalog: which models are present in the model directory, "
-        "their sizes, and which target/draft pairs are compatible.",
+        "their sizes, the models pulled by Hub name (hf:...), and which target/draft "
+        "pairs are compatible.",
     )
     p.add_argument("--pairs", action="store_true", help="list compatible pairs only")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -32,13 +35,18 @@ def run(args: argparse.Namespace) -> int:
     catalog = load_catalog()
     statuses = {name: model_status(m, args.dir) for name, m in catalog.models.items()}
     pairs = compatible_pairs(catalog, statuses)
+    pulled = [] if args.pairs else installed_hf_models(args.dir)
     if args.json:
         data = pairs if args.pairs else [_model_json(m, statuses[n], catalog) for n, m in
                                           catalog.models.items()]  # fmt: skip
+        data += [_hf_json(m) for m in pulled]
         print(json.dumps(data, indent=2))
         return 0
     if not args.pairs:
         _print_models(catalog, statuses)
+        if pulled:
+            print("\npulled by Hub name (edgespec rm NAME removes one):")
+            _print_pulled(pulled)
         print(f"\nmodel directory: {args.dir or models_dir()}")
         print("\ncompatible pairs (edgespec generate --target TARGET --draft DRAFT):")
     _print_pairs(pairs)
@@ -123,6 +131,24 @@ def _model_json(m: CatalogModel, s: ModelStatus, catalog: Catalog) -> dict[str, 
     }
 
 
+def _hf_json(m: InstalledHfModel) -> dict[str, Any]:
+    from ..modelstore.store import recorded_sha256
+
+    return {
+        "name": m.name,
+        "file": m.file,
+        "path": str(m.path) if m.parts else None,
+        "present": m.present,
+        "state": m.state,
+        "size_bytes": m.size_on_disk if m.present else None,
+        "size_on_disk": m.size_on_disk,
+        "partial_bytes": m.partial_bytes,
+        "sha256": (recorded_sha256(m.parts[0]) if m.parts else None) or None,
+        "parts": [str(p) for p in m.parts],
+        "sources": [{"type": "hf", "repo": m.repo, "filename": m.file, "revision": "main"}],
+    }
+
+
 # --------------------------------------------------------------------------- text
 
 
@@ -153,6 +179,19 @@ def _print_models(catalog: Catalog, statuses: dict[str, ModelStatus]) -> None:
             [name, m.params, m.quantization, _size(m.size), str(m.context_length),
              "yes" if m.chat_template else "no", m.tokenizer, local, kinds]
         )  # fmt: skip
+    _table(rows)
+
+
+def _print_pulled(models: list[InstalledHfModel]) -> None:
+    rows = [["NAME", "SIZE", "LOCAL"]]
+    for m in models:
+        local = {"verified": "yes", "unverified": "yes (unverified)"}.get(m.state, m.state)
+        if m.state == "incomplete":
+            local = f"incomplete ({len(m.parts)} of {m.count} parts)"
+        if m.partial_bytes:
+            local += f", partial {_size(m.partial_bytes)}"
+        parts = f" in {m.count} parts" if m.count > 1 else ""
+        rows.append([m.name, _size(m.size_on_disk) + parts, local])
     _table(rows)
 
 
