@@ -176,6 +176,19 @@ def test_pull_unknown_repo_is_one_line(env: Any) -> None:
     assert "repo test-org/nope-GGUF not found on" in line
 
 
+def test_failed_pull_leaves_no_empty_folders(
+    env: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, hub = env
+    monkeypatch.setattr(hubmod, "RETRY_WAIT", 0)
+    hub.cdn_down = True
+    directory = tmp_path / "m"
+    directory.mkdir()
+    with pytest.raises(ModelFetchError, match="cannot download"):
+        ensure_hf_model(f"hf:{REPO}:Q8_0", directory=directory)
+    assert os.listdir(directory) == []
+
+
 def test_resume_after_partial(
     env: Any, tmp_path: Path, served: dict[str, bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -207,7 +220,7 @@ def test_sha_mismatch_is_refused(env: Any, tmp_path: Path) -> None:
     with pytest.raises(ModelFetchError, match="corrupt download was removed") as exc:
         ensure_hf_model(f"hf:{REPO}:Q8_0", directory=tmp_path / "m")
     assert "\n" not in str(exc.value)
-    assert list((tmp_path / "m").joinpath(*DIR).iterdir()) == []
+    assert os.listdir(tmp_path / "m") == []  # nothing left, not even an empty folder
 
 
 def test_listing_sha_is_checked_before_download(

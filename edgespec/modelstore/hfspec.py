@@ -338,20 +338,37 @@ def ensure_hf_model(
     chosen = select(remote_files(spec), spec)
     if len(chosen) > 1:
         say(f"{chosen[0].path} is split in {len(chosen)} parts: fetching them all")
-    for f in chosen:
-        dest = local_path(spec.repo, f.path, directory)
-        source = HubSource(spec.repo, f.path, REVISION)
+    try:
+        for f in chosen:
+            dest = local_path(spec.repo, f.path, directory)
+            source = HubSource(spec.repo, f.path, REVISION)
 
-        def fetch(
-            f: HfFile = f, dest: Path = dest, source: HubSource = source
-        ) -> tuple[Path, str | None]:
-            return fetch_hub(source, dest, size=f.size, sha256=f.sha256, say=say, bar=bar)
+            def fetch(
+                f: HfFile = f, dest: Path = dest, source: HubSource = source
+            ) -> tuple[Path, str | None]:
+                return fetch_hub(source, dest, size=f.size, sha256=f.sha256, say=say, bar=bar)
 
-        store.ensure_file(
-            dest, size=f.size, sha256=f.sha256, fetchers=[(source.describe(), fetch)], say=say,
-            bar=bar,
-        )  # fmt: skip
+            store.ensure_file(
+                dest, size=f.size, sha256=f.sha256, fetchers=[(source.describe(), fetch)],
+                say=say, bar=bar,
+            )  # fmt: skip
+    except BaseException:
+        # A failed pull leaves no empty folders behind (a partial file keeps its own).
+        top = Path(directory if directory is not None else models_dir())
+        for f in chosen:
+            _prune(local_path(spec.repo, f.path, directory).parent, top)
+        raise
     return local_path(spec.repo, chosen[0].path, directory)
+
+
+def _prune(folder: Path, top: Path) -> None:
+    """Remove ``folder`` and its parents up to (not including) ``top`` while empty."""
+    while folder != top and folder.is_relative_to(top):
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        folder = folder.parent
 
 
 # --------------------------------------------------------------------------- listing, removing
@@ -522,13 +539,6 @@ def remove_files(
             freed += size
     hf_root = real_root / STORE_FOLDER
     for p in paths:
-        folder = p.parent.resolve()
-        while folder != hf_root and folder.is_relative_to(hf_root):
-            try:
-                folder.rmdir()
-            except OSError:
-                break
-            folder = folder.parent
-    with contextlib.suppress(OSError):
-        hf_root.rmdir()
+        if p.parent.resolve().is_relative_to(hf_root):
+            _prune(p.parent.resolve(), real_root)
     return removed, freed
