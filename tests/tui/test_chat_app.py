@@ -250,20 +250,76 @@ async def test_text_and_enter_arriving_together_are_sent(app_with) -> None:
 
 
 async def test_gamma_steps_through_auto(app_with) -> None:
+    """Leaving auto, F3 and F2 step from the draft length auto used (0 before a reply);
+    F2 at 0 goes back to auto. (F3 from auto went to 0, F2 from auto did nothing.)"""
     from edgespec_tui.session import GenerationSettings
 
     engine = FakeEngine()
     app = app_with(engine, settings=GenerationSettings(gamma="auto"))
     async with app.run_test() as pilot:
         await settle(pilot)
+        await pilot.press("f2")  # nothing measured yet: auto counts as 0
+        assert app.chat.settings.gamma == 0
         await pilot.press("f2")
         assert app.chat.settings.gamma == "auto"
-        await pilot.press("f3", "f3")
+        await pilot.press("f3")
         assert app.chat.settings.gamma == 1
         await pilot.press("f2", "f2")
         assert app.chat.settings.gamma == "auto"
         await send(pilot, "Go")
         assert engine.calls[-1][1].gamma == "auto"
+        # the script drafts 3 then 2 tokens a round: auto's draft length was ~3 (2.5 up)
+        assert app.chat.auto_gamma == 3
+        assert "γ auto ~3" in app.chat.query_one(StatsPanel).rich_text().plain
+        await pilot.press("f3")
+        assert app.chat.settings.gamma == 4
+        await pilot.press("f2", "f2", "f2", "f2", "f2")  # 3, 2, 1, 0, auto
+        assert app.chat.settings.gamma == "auto"
+        await pilot.press("f2")
+        assert app.chat.settings.gamma == 2
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_setting_keys_replace_one_note_and_pile_up_no_toasts(app_with, size) -> None:
+    """F2-F6 each said so in a toast, and at 80x24 they piled over the panel and the chat:
+    the latest change is one line in the panel instead, replacing the one before."""
+    app = app_with(FakeEngine())
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        before = len(app._notifications)
+        await pilot.press("f2", "f3", "f3", "f4", "f6", "f5")
+        await settle(pilot)
+        assert len(app._notifications) == before
+        panel = app.chat.query_one(StatsPanel).rich_text().plain
+        notes = [line for line in panel.splitlines() if line.startswith("› ")]
+        assert notes == ["› drafter = none"]
+        await pilot.press("f4")
+        panel = app.chat.query_one(StatsPanel).rich_text().plain
+        assert [ln for ln in panel.splitlines() if ln.startswith("› ")] == ["› temperature = 0.7"]
+
+
+@pytest.mark.parametrize(
+    ("size", "target", "shown"),
+    [
+        ((80, 24), "smollm2-135m-instruct", "smollm2-135m-instruct"),
+        ((120, 40), "smollm2-135m-instruct", "smollm2-135m-instruct"),
+        ((80, 24), "SmolLM2-135M-Instruct.Q4_1", "SmolLM2-135M-Inst….Q4_1"),
+        ((120, 40), "SmolLM2-135M-Instruct.Q4_1", "SmolLM2-135M-Instruct.Q4_1"),
+        ((80, 24), "Qwen2.5-Coder-7B-Instruct-Q4_K_M", "Qwen2.5-Coder-7…-Q4_K_M"),
+    ],
+)
+async def test_the_targets_name_fits_the_panel(app_with, size, target, shown) -> None:
+    """The target's name was cut at the panel's edge even at 120 columns: it gets a line
+    of its own when it does not fit beside its label, shortened in the middle, keeping
+    the quantization at its end."""
+    app = app_with(FakeEngine(target=target))
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        panel = app.chat.query_one(StatsPanel)
+        width = panel.content_size.width
+        lines = panel.rich_text().plain.splitlines()
+        assert all(len(line) <= width for line in lines), (width, lines)
+        assert any(ln.strip() == shown or ln.endswith(f" {shown}") for ln in lines), lines
 
 
 async def test_quit_while_streaming_stops_the_engine(app_with) -> None:

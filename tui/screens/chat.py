@@ -88,6 +88,10 @@ class ChatScreen(Screen):
         self._stop = threading.Event()
         self._reply: AssistantMessage | None = None
         self._metrics: ReplyMetrics | None = None
+        self._reply_auto = False  # the streaming reply lets auto choose gamma
+        # the draft length auto used in its last reply (mean per round, rounded): where
+        # F2/F3 step from when leaving auto; 0 before any
+        self.auto_gamma = 0
 
     def compose(self) -> ComposeResult:
         """Header, conversation and stats side by side, legend, message box, footer."""
@@ -156,9 +160,10 @@ class ChatScreen(Screen):
             if info.chat_mode
             else "Text to continue (Enter sends)"
         )
-        self.query_one(StatsPanel).show(info=info, status="ready")
-        if not first:
-            self.notify(f"drafter: {info.draft or 'none'}", title="Drafter changed")
+        panel = self.query_one(StatsPanel)
+        panel.show(info=info, status="ready")
+        if not first:  # in the panel, in place of the previous change: no pile of toasts
+            panel.show(note=f"drafter = {info.draft or 'none'}")
         elif info.draft is None and len(info.drafter_choices) > 1:
             self.notify("No draft model: the target decodes alone. F5 switches drafter.")
 
@@ -188,7 +193,12 @@ class ChatScreen(Screen):
             self.query_one(ChatLog).follow()
         elif isinstance(ev, RoundEvent):
             self._metrics.on_round(ev, self.meter)
-            self.query_one(StatsPanel).show(metrics=self._metrics)
+            st = ev.stats
+            if self._reply_auto and st.rounds:
+                self.auto_gamma = int(st.drafted / st.rounds + 0.5)
+            self.query_one(StatsPanel).show(
+                metrics=self._metrics, auto_gamma=self.auto_gamma if self._reply_auto else None
+            )
         elif isinstance(ev, DoneEvent):
             self._metrics.on_done(ev)
             self._reply.finish(ev)
@@ -276,6 +286,7 @@ class ChatScreen(Screen):
             linger_s=self.config.linger_s, show_rejected=self.show_rejected
         )
         gamma = self.settings.gamma if info.draft else 0
+        self._reply_auto = gamma == AUTO
         self._metrics = ReplyMetrics(gamma=gamma if isinstance(gamma, int) else 0)
         self.query_one(StatsPanel).show(metrics=self._metrics, status="generating…")
         self._reply_id += 1
@@ -345,11 +356,19 @@ class ChatScreen(Screen):
         self.notify(f"Opened: {conv.title or conv.default_title()}")
 
     def action_gamma(self, delta: int) -> None:
-        """Draft tokens per round, stepping through auto, 0, 1, ... 16 (next reply on)."""
-        steps: list[int | str] = [AUTO, *range(MAX_GAMMA + 1)]
+        """Draft tokens per round, 0 to 16, from the next reply on.
+
+        From auto, F3 (+1) and F2 (-1) step from the draft length auto used in its
+        last reply (``auto_gamma``, shown as "auto ~N"; 0 before any reply); F2 at 0
+        goes back to auto.
+        """
         g = self.settings.gamma
-        current = min(g, MAX_GAMMA) if isinstance(g, int) else AUTO
-        gamma = steps[min(len(steps) - 1, max(0, steps.index(current) + delta))]
+        gamma: int | str
+        if g == AUTO:
+            gamma = max(0, min(MAX_GAMMA, self.auto_gamma + delta))
+        else:
+            stepped = min(int(g), MAX_GAMMA) + delta
+            gamma = AUTO if stepped < 0 else min(stepped, MAX_GAMMA)
         what = {AUTO: " (chosen each round)", 0: " (plain decoding)"}.get(gamma, "")
         self._set(replace(self.settings, gamma=gamma), f"gamma = {gamma}{what}")
 
@@ -361,8 +380,12 @@ class ChatScreen(Screen):
 
     def _set(self, settings: GenerationSettings, what: str) -> None:
         self.settings = settings
-        self.query_one(StatsPanel).show(settings=settings)
-        self.notify(what + (" (from the next reply)" if self.generating else ""))
+        self.query_one(StatsPanel).show(settings=settings, note=self._note(what))
+
+    def _note(self, what: str) -> str:
+        # settings changes show in the panel, each replacing the last: toasts piled up
+        # over the panel and the chat at 80x24
+        return what + (" (next reply)" if self.generating else "")
 
     def action_drafter(self) -> None:
         """Switch to the next drafter (none, n-gram, the --draft model, the target itself)."""
@@ -383,7 +406,8 @@ class ChatScreen(Screen):
         self.show_rejected = not self.show_rejected
         for msg in self.query(AssistantMessage):
             msg.show_rejected = self.show_rejected
-        self.notify("rejected tokens: " + ("kept" if self.show_rejected else "fade out"))
+        what = "rejected tokens: " + ("kept" if self.show_rejected else "fade out")
+        self.query_one(StatsPanel).show(note=what)
 
     def _save(self) -> None:
         if not self.conversation.messages:

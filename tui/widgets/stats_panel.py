@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from rich.text import Text
 from textual.widget import Widget
 
@@ -9,6 +11,10 @@ from ..metrics import PlainCallMeter, ReplyMetrics
 from ..session import EngineInfo, GenerationSettings
 
 BAR_WIDTH = 12
+LABEL_WIDTH = 9
+DEFAULT_WIDTH = 24  # content columns before the panel has a size (tests of rich_text)
+# a model file's quantization at the end of its name: keep it when a name is shortened
+_QUANT = re.compile(r"[._-]((?:I?Q\d\w*)|(?:B?F(?:16|32)))$", re.IGNORECASE)
 _EIGHTHS = " ▏▎▍▌▋▊▉█"
 BASIS_LABEL = {
     "plain": " vs measured plain calls",
@@ -23,6 +29,20 @@ def bar(count: int, top: int, width: int = BAR_WIDTH) -> str:
     eighths = max(1, round(count / top * width * 8))
     full, rest = divmod(eighths, 8)
     return "█" * full + (_EIGHTHS[rest] if rest else "")
+
+
+def fit_name(name: str, width: int) -> str:
+    """name in at most width columns: shortened in the middle with "…", keeping the
+    start and the end (where a model file names its quantization, e.g. Q4_K_M)."""
+    if len(name) <= width:
+        return name
+    if width < 2:
+        return "…"[:width]
+    quant = _QUANT.search(name)
+    tail = name[quant.start() :] if quant else ""
+    if not quant or len(tail) > (width - 1) // 2 + 2:
+        tail = name[len(name) - (width - 1) // 2 :] if width > 2 else ""
+    return name[: width - 1 - len(tail)] + "…" + tail
 
 
 def _rule(title: str, width: int = 24) -> str:
@@ -41,6 +61,8 @@ class StatsPanel(Widget, can_focus=False):
         self.metrics: ReplyMetrics | None = None
         self.meter: PlainCallMeter | None = None
         self.status = "loading models…"
+        self.note = ""  # the latest settings change (one line, replaced by the next)
+        self.auto_gamma: int | None = None  # the draft length auto used in the last reply
 
     def show(
         self,
@@ -51,8 +73,16 @@ class StatsPanel(Widget, can_focus=False):
         meter: PlainCallMeter | None = None,
         status: str | None = None,
         clear_metrics: bool = False,
+        note: str | None = None,
+        auto_gamma: int | None = None,
     ) -> None:
-        """Update any of the shown pieces and redraw."""
+        """Update any of the shown pieces and redraw.
+
+        note replaces the previous one (a change of settings or drafter);
+        auto_gamma is shown next to gamma auto.
+        """
+        self.note = self.note if note is None else note
+        self.auto_gamma = self.auto_gamma if auto_gamma is None else auto_gamma
         self.info = info or self.info
         self.settings = settings or self.settings
         self.metrics = None if clear_metrics else (metrics or self.metrics)
@@ -68,28 +98,42 @@ class StatsPanel(Widget, can_focus=False):
         head, label, note = (self._style(f"stats--{n}") for n in ("heading", "label", "note"))
         t = Text(no_wrap=True, overflow="ellipsis", end="")
 
+        width = self.content_size.width or DEFAULT_WIDTH
+
         def row(name: str, value: str, extra: str = "") -> None:
-            t.append(f"{name:<9}", label)
+            t.append(f"{name:<{LABEL_WIDTH}}", label)
             t.append(value)
             if extra:
                 t.append(f" {extra}", note)
             t.append("\n")
 
+        def name_row(name: str, value: str) -> None:
+            # a name too long for its row gets a line of its own, shortened in the middle
+            if LABEL_WIDTH + len(value) <= width:
+                row(name, value)
+            else:
+                t.append(name + "\n", label)
+                t.append(f"  {fit_name(value, width - 2)}\n")
+
         info, s = self.info, self.settings
-        row("target", info.target if info else "…")
-        row("draft", (info.draft or "none") if info else "…")
+        name_row("target", info.target if info else "…")
+        name_row("draft", (info.draft or "none") if info else "…")
         row("mode", ("chat" if info.chat_mode else "COMPLETION") if info else "…")
         drafting = bool(info and info.draft)
         t.append("γ ", label)
         t.append(str(s.gamma))
         if not drafting:
             t.append(" (off)", note)
+        elif s.gamma == "auto" and self.auto_gamma is not None:
+            t.append(f" ~{self.auto_gamma}", note)
         t.append(" · temp ", label)
         t.append(f"{s.temperature:g}")
         if s.temperature == 0:
             t.append(" greedy", note)
         t.append("\n")
-        t.append(_rule(f" reply: {self.status} "), head)
+        if self.note:
+            t.append(f"› {self.note}\n", note)
+        t.append(_rule(f" reply: {self.status} ", width), head)
         m = self.metrics
         if m is None:
             return t
@@ -111,7 +155,7 @@ class StatsPanel(Widget, can_focus=False):
         # KV reuse: only the new part of the conversation was processed
         row("prompt", f"+{st.prompt_tokens - st.prompt_cached}", f"({st.prompt_cached} cached)")
         if m.speculative:
-            t.append(_rule(" accepted per round "), head)
+            t.append(_rule(" accepted per round ", width), head)
             rows = m.histogram_rows()
             top = max(c for _, c in rows)
             for n, c in rows:
