@@ -235,20 +235,19 @@ def select(files: Sequence[HfFile], spec: HfSpec, *, first_fallback: bool = True
 
 def remote_files(spec: HfSpec) -> list[HfFile]:
     """The repo's files, with size and (LFS) sha256, from the Hub's tree listing."""
-    from huggingface_hub import HfApi
-    from huggingface_hub.hf_api import RepoFile
+    from huggingface_hub import HfApi, RepoFile
 
-    from .hub import _explain, _quiet_hub, endpoint, is_offline
+    from .hub import endpoint, explain_error, is_offline, quiet_hub
 
     base = endpoint()
     if is_offline():
         raise ModelFetchError(f"{spec}: Hugging Face Hub offline mode is on (HF_HUB_OFFLINE)")
     try:
-        with _quiet_hub():
+        with quiet_hub():
             tree = HfApi(endpoint=base).list_repo_tree(spec.repo, recursive=True, revision=REVISION)
             entries = [e for e in tree if isinstance(e, RepoFile)]
     except Exception as exc:  # noqa: BLE001 - mapped to one line, or re-raised
-        raise _explain(exc, HubSource(spec.repo, "(file list)", REVISION), base) from None
+        raise explain_error(exc, HubSource(spec.repo, "(file list)", REVISION), base) from None
     out = []
     for e in entries:
         if not _safe_path(e.path):

@@ -38,7 +38,15 @@ from . import store
 from .catalog import HubSource
 from .store import BarFactory, Progress
 
-__all__ = ["DEFAULT_ENDPOINT", "endpoint", "fetch_hub", "is_offline", "partial_path"]
+__all__ = [
+    "DEFAULT_ENDPOINT",
+    "endpoint",
+    "explain_error",
+    "fetch_hub",
+    "is_offline",
+    "partial_path",
+    "quiet_hub",
+]
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -99,10 +107,10 @@ def fetch_hub(
     url = hf_hub_url(source.repo, source.filename, revision=source.revision, endpoint=base)
     say(f"asking {base} for {where} ...")
     try:
-        with _quiet_hub():
+        with quiet_hub():
             meta = get_hf_file_metadata(url, endpoint=base)
     except Exception as exc:  # noqa: BLE001 - mapped to one line below, or re-raised
-        raise _explain(exc, source, base) from None
+        raise explain_error(exc, source, base) from None
     etag = meta.etag or ""
     if not meta.commit_hash or not etag:
         raise ModelFetchError(
@@ -140,10 +148,10 @@ def fetch_hub(
     else:
         say(f"downloading {where} ...")
     try:
-        with _quiet_hub():
+        with quiet_hub():
             _transfer(download_url, partial, total, headers, dest.name, bar)
     except Exception as exc:  # noqa: BLE001 - mapped to one line below, or re-raised
-        raise _explain(exc, source, base, _keep_partial(partial)) from None
+        raise explain_error(exc, source, base, _keep_partial(partial)) from None
     except BaseException:
         _keep_partial(partial)
         raise
@@ -246,7 +254,7 @@ def _keep_partial(partial: Path) -> Path | None:
 
 
 @contextlib.contextmanager
-def _quiet_hub() -> Iterator[None]:
+def quiet_hub() -> Iterator[None]:
     """Silence huggingface_hub's own log lines and warnings for the duration.
 
     Its retries log a dozen lines ("Error while downloading from ...", "Trying to
@@ -283,7 +291,7 @@ def _origin(url: str) -> tuple[str, str | None, int | None]:
     return (parts.scheme, parts.hostname, parts.port)
 
 
-def _explain(
+def explain_error(
     exc: Exception, source: HubSource, base: str, partial: Path | None = None
 ) -> ModelFetchError:
     """One-line ModelFetchError for what huggingface_hub / httpx / the disk raised."""
