@@ -177,7 +177,7 @@ def test_every_subcommand_and_option_explains_itself() -> None:
 def test_help_documents_the_context_and_thread_defaults() -> None:
     from edgespec.backend import DEFAULT_CTX
 
-    for name in ("generate", "chat", "calibrate", "complete", "serve"):
+    for name in ("generate", "chat", "calibrate", "complete", "serve", "bench"):
         text = _subcommands()[name].format_help()
         flat = " ".join(text.split())
         assert f"default {DEFAULT_CTX}" in flat and "32768" in flat, name

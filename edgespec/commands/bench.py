@@ -10,10 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..backend import DEFAULT_CTX
 from ..errors import InvalidParameterError
 from ..files import replace_file
 from ..params import check_gamma, check_max_tokens
-from .options import DEFAULT_TARGET, cli_type, cli_value, parse_ctx
+from .options import CTX_HELP, DEFAULT_TARGET, THREADS_HELP, cli_type, cli_value, parse_ctx
 
 if TYPE_CHECKING:
     from ..bench.runner import BenchSetup
@@ -56,10 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="override each workload's",
     )
-    p.add_argument(
-        "--threads", type=int, default=None, help="CPU threads (0: all cores, the default)"
-    )
-    p.add_argument("--ctx", type=parse_ctx, default=4096, help="context length in tokens")
+    p.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
+    p.add_argument("--ctx", type=parse_ctx, default=DEFAULT_CTX, help=CTX_HELP)
     p.add_argument("--json", type=Path, default=None, help="write the full report here")
     p.add_argument("--chart", type=Path, default=None, help="write a PNG chart here")
     p.add_argument(

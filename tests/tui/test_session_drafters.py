@@ -30,3 +30,15 @@ def test_set_drafter_builds_each_choice_and_closes_the_last(synthetic_models) ->
         assert engine.drafter is None and engine.info.draft is None
     finally:
         engine.close()
+
+
+def test_draft_auto_is_the_ngram_choice(synthetic_models) -> None:
+    """chat's default --draft auto is the n-gram drafter, and F5 steps on from it."""
+    choice = ModelChoice(target=str(synthetic_models["target"]), draft="auto", n_ctx=256, threads=1)
+    engine = LlamaChatEngine.load(choice)
+    try:
+        assert isinstance(engine.drafter, NgramDrafter)
+        assert engine.info.draft == "ngram"
+        assert engine.info.drafter_choices == ("none", "ngram", "self")
+    finally:
+        engine.close()
