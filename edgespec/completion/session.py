@@ -21,6 +21,7 @@ from ..drafting import Drafter
 from ..engine import DEFAULT_GAMMA, make_policy, stream_generate
 from ..errors import ContextFullError, InvalidParameterError
 from ..events import DoneEvent, RoundEvent, Stats, StopReason, TokenEvent, TokenKind
+from ..grammar import Grammar
 from ..loading import load_pair
 from ..params import check_gamma
 from ..sampling import SamplingParams
@@ -52,6 +53,8 @@ class CompletionRequest:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     code: CodeRules | None = None
+    grammar: Grammar | None = None
+    logprobs: int | None = None  # top alternatives per token (0: the token's own only)
 
 
 @dataclass(frozen=True)
@@ -64,12 +67,15 @@ class CompletionResult:
         stop: "eog", "stop" (stop string), "fim_token", "max_lines", "indent",
             "suffix", "max_tokens", "context_full" or "cancelled".
         stats: the engine's statistics (work done, including tokens past a stop).
+        token_events: with logprobs asked, each of ``tokens``' TokenEvent (its
+            logprob and top_logprobs).
     """
 
     text: str
     tokens: tuple[int, ...]
     stop: str
     stats: Stats
+    token_events: tuple[TokenEvent, ...] = ()
 
     @property
     def finish_reason(self) -> str:
@@ -223,7 +229,10 @@ class CompletionSession:
             gamma=self._gamma(),
             seed=req.seed,
             stop=req.stop,
+            grammar=req.grammar,
+            logprobs=req.logprobs,
         )
+        events: list[TokenEvent] = []
         try:
             for ev in gen:
                 if cancelled():
@@ -236,6 +245,8 @@ class CompletionSession:
                         stop = "fim_token"
                         continue
                     tokens.append(ev.token)
+                    if req.logprobs is not None:
+                        events.append(ev)
                     streamed += ev.text
                     yield from self._emit(ev.text, code, parts)
                     if code is not None and code.stop_reason is not None:
@@ -258,7 +269,9 @@ class CompletionSession:
                 yield tail
             if stop is None and code.stop_reason is not None:
                 stop = code.stop_reason
-        yield CompletionResult("".join(parts), tuple(tokens), stop or engine_stop.value, stats)
+        yield CompletionResult(
+            "".join(parts), tuple(tokens), stop or engine_stop.value, stats, tuple(events)
+        )
 
 
 def load_session(

@@ -28,8 +28,8 @@ from ..completion.session import (
     CompletionSession,
 )
 from ..errors import EdgespecError, InvalidParameterError
-from . import extras
 from .errors import ApiError, bad_request, from_exception
+from .extras import detokenize, props, tokenize
 from .metrics import Metrics, render
 from .requests import Options, parse_chat, parse_completions, parse_infill, parse_json
 from .responses import InfillFormat, OpenAIFormat, Outcome, ResponseFormat
@@ -217,13 +217,13 @@ class Handler(JsonHandler):
         self._send_json(200, {"object": "list", "data": [model]})
 
     def _tokenize(self) -> None:
-        self._send_json(200, extras.tokenize(self.server.session, parse_json(self._raw)))
+        self._send_json(200, tokenize(self.server.session, parse_json(self._raw)))
 
     def _detokenize(self) -> None:
-        self._send_json(200, extras.detokenize(self.server.session, parse_json(self._raw)))
+        self._send_json(200, detokenize(self.server.session, parse_json(self._raw)))
 
     def _props(self) -> None:
-        self._send_json(200, extras.props(self.server.session))
+        self._send_json(200, props(self.server.session))
 
     def _metrics(self) -> None:
         w = self.server.worker
@@ -258,7 +258,13 @@ class Handler(JsonHandler):
             rules = CodeRules(call.suffix, fp.prefix_at_line_start, call.max_lines)
             return fp.tokens, rules, {"fim": fp.fim, "truncated": fp.truncated}
 
-        fmt = OpenAIFormat(s, chat=False, include_usage=call.opts.include_usage)
+        fmt = OpenAIFormat(
+            s,
+            chat=False,
+            include_usage=call.opts.include_usage,
+            logprobs=call.opts.logprobs is not None,
+            text_offset=len(call.prompt) if isinstance(call.prompt, str) else 0,
+        )
         self._generate(build, call.opts, "prompt", fmt)
 
     def _chat(self) -> None:
@@ -268,7 +274,12 @@ class Handler(JsonHandler):
             lambda: (s.chat_prompt(call.messages), None, {}),
             call.opts,
             "messages",
-            OpenAIFormat(s, chat=True, include_usage=call.opts.include_usage),
+            OpenAIFormat(
+                s,
+                chat=True,
+                include_usage=call.opts.include_usage,
+                logprobs=call.opts.logprobs is not None,
+            ),
         )
 
     def _infill(self) -> None:
@@ -286,7 +297,12 @@ class Handler(JsonHandler):
             rules = CodeRules(call.suffix, fp.prefix_at_line_start, call.max_lines, call.min_indent)
             return fp.tokens, rules, {"fim": fp.fim, "truncated": fp.truncated}
 
-        fmt = InfillFormat(s, stop_words=call.opts.stop, response_fields=call.response_fields)
+        fmt = InfillFormat(
+            s,
+            stop_words=call.opts.stop,
+            response_fields=call.response_fields,
+            probs=call.opts.logprobs is not None,
+        )
         self._generate(build, call.opts, "input_prefix", fmt)
 
     # ------------------------------------------------------------------ generation
@@ -302,7 +318,14 @@ class Handler(JsonHandler):
             s.check_prompt(tokens)
             yield {"prompt_tokens": len(tokens), **info}
             req = CompletionRequest(
-                tokens, opts.max_tokens, opts.sampling, opts.seed, opts.stop, rules
+                tokens,
+                opts.max_tokens,
+                opts.sampling,
+                opts.seed,
+                opts.stop,
+                rules,
+                grammar=opts.grammar,
+                logprobs=opts.logprobs,
             )
             if not opts.cache_prompt:  # llama-server's cache_prompt false: evaluate it all
                 s.target.reset()

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from ..completion.fim import ExtraChunk
 from ..engine import DEFAULT_MAX_TOKENS
 from ..errors import InvalidParameterError
+from ..grammar import Grammar, GrammarError
 from ..params import check_max_tokens, check_whole
 from ..sampling import (
     DEFAULT_MIN_P,
@@ -31,6 +32,7 @@ from .errors import ApiError, bad_request
 from .unsupported import refuse_unsupported, unsupported
 
 MAX_STOP_STRINGS = 16
+MAX_TOP_LOGPROBS = 20  # OpenAI's limit for chat's top_logprobs
 UNLIMITED = 1 << 30  # max_tokens meaning "up to the context"; the session caps it
 
 T = TypeVar("T")
@@ -168,6 +170,8 @@ class Options:
     include_usage: bool
     t_max_predict_ms: int = 0  # llama-server's: stop at a newline once generating took longer
     cache_prompt: bool = True  # False: the prompt is evaluated afresh (the KV cache emptied)
+    grammar: Grammar | None = None  # grammar, json_schema or response_format
+    logprobs: int | None = None  # top alternatives per token; None: no logprobs
 
 
 @dataclass(frozen=True)
@@ -260,9 +264,9 @@ def _penalties(f: Fields) -> dict[str, Any]:
     }
 
 
-def _options(f: Fields, max_tokens: int, *, skip: tuple[str, ...] = ()) -> Options:
-    """The fields every endpoint shares (``skip``: fields the endpoint checks itself)."""
-    refuse_unsupported(f.data, skip=skip)
+def _options(f: Fields, max_tokens: int, kind: str) -> Options:
+    """The fields every endpoint shares; kind: "chat", "completions" or "llama" (/infill)."""
+    refuse_unsupported(f.data)
     # llama.vim sends t_max_prompt_ms; llama-server does not implement it either
     # (server-schema.cpp: "TODO: implement t_max_prompt_ms"). Checked, then unused.
     f.integer("t_max_prompt_ms", 0, minimum=-1)
@@ -306,22 +310,72 @@ def _options(f: Fields, max_tokens: int, *, skip: tuple[str, ...] = ()) -> Optio
         include_usage=include_usage,
         t_max_predict_ms=max(f.integer("t_max_predict_ms", 0, minimum=-1) or 0, 0),
         cache_prompt=f.boolean("cache_prompt", True),
+        grammar=_grammar(f),
+        logprobs=_logprobs(f, kind),
     )
 
 
-def _refuse_logprobs(f: Fields, chat: bool) -> None:
-    """Log probabilities, which edgespec does not return: a 400 when they are asked for.
+def _logprobs(f: Fields, kind: str) -> int | None:
+    """How many alternatives each token's logprobs list, or None for no logprobs.
 
-    Chat asks with ``logprobs: true`` (and ``top_logprobs``), text completions
-    with an integer ``logprobs`` (0 included: the chosen token's own).
+    Chat asks with ``logprobs: true`` and ``top_logprobs`` (0 unless given, as
+    OpenAI's); text completions with an integer ``logprobs`` (0: the token's own
+    only); llama-server's ``n_probs`` (0: none) works on every endpoint.
     """
-    if chat:
+    n = f.integer("n_probs", 0, minimum=0) or None
+    if kind == "chat":
+        top = f.integer("top_logprobs", None, minimum=0)
         if f.boolean("logprobs", False):
-            raise unsupported("logprobs")
-        if f.integer("top_logprobs", None, minimum=0) is not None:
-            raise unsupported("top_logprobs")
-    elif f.integer("logprobs", None, minimum=0) is not None:
-        raise unsupported("logprobs")
+            n = top or 0
+        elif top is not None:
+            raise f._bad("top_logprobs", "needs 'logprobs': true")
+        name = "top_logprobs"
+    elif kind == "completions":
+        given = f.integer("logprobs", None, minimum=0)
+        n = given if given is not None else n
+        name = "logprobs"
+    else:
+        name = "n_probs"
+    if n is not None and n > MAX_TOP_LOGPROBS:
+        raise f._bad(name, f"must be at most {MAX_TOP_LOGPROBS}, got {n}")
+    return n
+
+
+def _grammar(f: Fields) -> Grammar | None:
+    """The output's constraint: llama-server's ``grammar`` (GBNF) or ``json_schema``, or
+    OpenAI's ``response_format`` (json_object: any JSON object, or the ``schema`` given
+    as llama-server takes it; json_schema: ``json_schema.schema``; text: none)."""
+    found: list[tuple[str, Callable[[], Grammar]]] = []
+    text = f.string("grammar", None)
+    if text:
+        found.append(("grammar", lambda: Grammar.from_gbnf(text)))
+    schema = f.raw("json_schema")
+    if schema is not None:
+        found.append(("json_schema", lambda: Grammar.from_json_schema(schema)))
+    fmt = f.raw("response_format")
+    if fmt is not None:
+        if not isinstance(fmt, dict):
+            raise f._bad("response_format", "must be an object")
+        kind = fmt.get("type")
+        if kind == "json_object":
+            found.append(("response_format", lambda: Grammar.from_json_schema(fmt.get("schema"))))
+        elif kind == "json_schema":
+            inner = fmt.get("json_schema")
+            if not isinstance(inner, dict):
+                raise f._bad("response_format", "of type json_schema needs a 'json_schema' object")
+            found.append(("response_format", lambda: Grammar.from_json_schema(inner.get("schema"))))
+        elif kind != "text":
+            raise f._bad("response_format", "'type' must be text, json_object or json_schema")
+    if len(found) > 1:
+        a, b = found[0][0], found[1][0]
+        raise bad_request(f"'{a}' and '{b}' cannot both constrain the output", param=b)
+    if not found:
+        return None
+    name, make = found[0]
+    try:
+        return make()
+    except GrammarError as e:
+        raise bad_request(str(e), param=name, code="invalid_grammar") from None
 
 
 def _max_lines(f: Fields, default: int | None) -> int | None:
@@ -349,9 +403,8 @@ def parse_completions(data: dict[str, Any], default_max_lines: int | None) -> Co
     else:
         prompt = f.text(prompt, "prompt")
     suffix = f.string("suffix", None)
-    _refuse_logprobs(f, chat=False)
     return CompletionsCall(
-        _options(f, max_tokens), prompt, suffix, _max_lines(f, default_max_lines)
+        _options(f, max_tokens, "completions"), prompt, suffix, _max_lines(f, default_max_lines)
     )
 
 
@@ -375,8 +428,7 @@ def parse_chat(data: dict[str, Any]) -> ChatCall:
         if m.get("tool_calls"):
             raise unsupported(f"messages[{i}].tool_calls")
         out.append({"role": role, "content": _content(mf, m.get("content"))})
-    _refuse_logprobs(f, chat=True)
-    return ChatCall(_options(f, max_tokens), out)
+    return ChatCall(_options(f, max_tokens, "chat"), out)
 
 
 def _content(mf: Fields, content: Any) -> str:
@@ -414,7 +466,7 @@ def parse_infill(data: dict[str, Any], default_max_lines: int | None) -> InfillC
             )
     n_indent = f.integer("n_indent", 0, minimum=0)
     return InfillCall(
-        opts=_options(f, UNLIMITED if n_predict == -1 else n_predict or 0),
+        opts=_options(f, UNLIMITED if n_predict == -1 else n_predict or 0, "llama"),
         prefix=f.string("input_prefix", "") or "",
         suffix=f.string("input_suffix", "") or "",
         extra=tuple(chunks),

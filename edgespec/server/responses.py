@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from .. import __version__
 from ..completion.session import CompletionResult, CompletionSession
 from ..events import Stats
+from .logprobs import Pieces, content, legacy
 
 #: What OpenAI's ``system_fingerprint`` says (llama-server sends its build): this build.
 SYSTEM_FINGERPRINT = f"edgespec-{__version__}"
@@ -120,9 +121,17 @@ class OpenAIFormat:
     """Bodies and stream chunks of one /v1/completions or /v1/chat/completions response."""
 
     def __init__(
-        self, session: CompletionSession, *, chat: bool, include_usage: bool = False
+        self,
+        session: CompletionSession,
+        *,
+        chat: bool,
+        include_usage: bool = False,
+        logprobs: bool = False,
+        text_offset: int = 0,
     ) -> None:
         self.session = session
+        self.logprobs = logprobs  # the choice carries logprobs (a stream's: its last chunk)
+        self.text_offset = text_offset  # a text completion's first text_offset
         self.prompt_tokens = 0
         self.extra: dict[str, Any] = {}  # added to timings (e.g. fim, truncated)
         self.chat = chat
@@ -156,6 +165,15 @@ class OpenAIFormat:
             delta["content"] = text
         return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
 
+    def _logprobs(self, outcome: Outcome) -> dict[str, Any] | None:
+        if not self.logprobs:
+            return None
+        pieces = Pieces(self.session)
+        events = outcome.result.token_events
+        if self.chat:
+            return {"content": content(pieces, events)}
+        return legacy(pieces, events, self.text_offset)
+
     def body(self, outcome: Outcome) -> dict[str, Any]:
         """The non-streaming response."""
         result = outcome.result
@@ -168,6 +186,7 @@ class OpenAIFormat:
             }
         else:
             choice = self._choice(result.text, outcome.finish_reason)
+        choice["logprobs"] = self._logprobs(outcome)
         out = self._envelope(self.object, [choice])
         out["usage"] = usage(self.prompt_tokens, result)
         out["timings"] = {**timings(result.stats, self.session, result), **self.extra}
@@ -189,11 +208,14 @@ class OpenAIFormat:
 
         As llama-server: a text completion's finish_reason chunk carries usage
         always, a chat's never; ``stream_options.include_usage`` adds OpenAI's
-        usage chunk, whose ``choices`` is empty, before [DONE].
+        usage chunk, whose ``choices`` is empty, before [DONE]. Logprobs, when
+        asked, are the finish_reason chunk's, every token's at once.
         """
         result = outcome.result
         obj = "chat.completion.chunk" if self.chat else "text_completion"
-        last = self._envelope(obj, [self._choice(None, outcome.finish_reason)])
+        choice = self._choice(None, outcome.finish_reason)
+        choice["logprobs"] = self._logprobs(outcome)
+        last = self._envelope(obj, [choice])
         if not self.chat:
             last["usage"] = usage(self.prompt_tokens, result)
         last["timings"] = {**timings(result.stats, self.session, result), **self.extra}
@@ -226,6 +248,7 @@ class InfillFormat:
     Args:
         stop_words: the request's stop strings (the body names the one that matched).
         response_fields: llama-server's ``response_fields`` (see pick_fields).
+        probs: add llama-server's ``completion_probabilities`` (n_probs).
     """
 
     def __init__(
@@ -234,8 +257,10 @@ class InfillFormat:
         *,
         stop_words: tuple[str, ...],
         response_fields: tuple[str, ...] = (),
+        probs: bool = False,
     ) -> None:
         self.session = session
+        self.probs = probs  # n_probs asked: completion_probabilities in the (final) body
         self.stop_words = stop_words
         self.response_fields = response_fields
         self.prompt_tokens = 0
@@ -271,6 +296,8 @@ class InfillFormat:
             "fim": self.fim,
             "timings": timings(result.stats, self.session, result),
         }
+        if self.probs:
+            out["completion_probabilities"] = content(Pieces(self.session), result.token_events)
         return pick_fields(out, self.response_fields)
 
     def first_chunk(self) -> None:

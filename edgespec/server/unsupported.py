@@ -43,8 +43,7 @@ def _bool(v: Any, _body: Mapping[str, Any]) -> bool:
     return isinstance(v, bool)
 
 
-#: Field -> what counts as asking for nothing. Grammars and log probabilities
-#: are listed here until the server can pass them to the engine.
+#: Field -> what counts as asking for nothing.
 NEUTRAL: dict[str, Neutral] = {
     # OpenAI
     "tools": _empty,
@@ -54,14 +53,10 @@ NEUTRAL: dict[str, Neutral] = {
     "parallel_tool_calls": _bool,  # nothing to parallelize without tools
     "logit_bias": _empty,
     "best_of": _is(1),
-    "response_format": lambda v, _b: v == {"type": "text"},
     "audio": _empty,
     "modalities": lambda v, _b: v == ["text"],
     "prediction": _empty,
     # llama-server (tools/server/server-schema.cpp)
-    "grammar": _empty,
-    "json_schema": lambda v, _b: False,
-    "n_probs": _is(0),
     "post_sampling_probs": _is(False),
     "mirostat": _is(0),
     "typical_p": _is(1),
@@ -84,15 +79,12 @@ NEUTRAL: dict[str, Neutral] = {
 }
 
 
-def refuse_unsupported(
-    body: Mapping[str, Any], *, skip: tuple[str, ...] = (), prefix: str = ""
-) -> None:
-    """A 400 for the first field of body edgespec cannot honour (``skip``: handled elsewhere)."""
+def refuse_unsupported(body: Mapping[str, Any]) -> None:
+    """A 400 for the first field of body edgespec cannot honour."""
     for name, neutral in NEUTRAL.items():
         v = body.get(name)
-        if v is None or name in skip or neutral(v, body):
-            continue
-        raise unsupported(prefix + name)
+        if v is not None and not neutral(v, body):
+            raise unsupported(name)
 
 
 def unsupported(param: str, what: str = "") -> ApiError:

@@ -54,7 +54,9 @@ BAD = [
     (C, {"prompt": "x", "model": 3}, 400, "model"),
     # fields edgespec does not implement: a 400 naming the field, never silence
     (C, {"prompt": "x", "logit_bias": {"5": 10}}, 400, "logit_bias"),
-    (C, {"prompt": "x", "logprobs": 0}, 400, "logprobs"),
+    (C, {"prompt": "x", "logprobs": 21}, 400, "logprobs"),
+    (C, {"prompt": "x", "grammar": "root ::= oops"}, 400, "grammar"),
+    (C, {"prompt": "x", "response_format": "json"}, 400, "response_format"),
     (C, {"prompt": "x", "best_of": 3}, 400, "best_of"),
     (C, {"prompt": "x", "mirostat": 2}, 400, "mirostat"),
     (C, {"prompt": "x", "samplers": ["top_k", "mirostat"]}, 400, "samplers"),
@@ -77,7 +79,7 @@ BAD = [
         400,
         "tool_choice",
     ),  # fmt: skip
-    (CHAT, {"messages": [{"role": "user", "content": "x"}], "logprobs": True}, 400, "logprobs"),
+    (CHAT, {"messages": [{"role": "user", "content": "x"}], "logprobs": "yes"}, 400, "logprobs"),
     (
         CHAT,
         {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2},
@@ -91,7 +93,7 @@ BAD = [
         "messages[0].tool_calls",
     ),  # fmt: skip
     (INFILL, {"input_prefix": "x", "response_fields": "content"}, 400, "response_fields"),
-    (INFILL, {"input_prefix": "x", "n_probs": 3}, 400, "n_probs"),
+    (INFILL, {"input_prefix": "x", "n_probs": -1}, 400, "n_probs"),
     (CHAT, {"messages": []}, 400, "messages"),
     (CHAT, {"messages": "hi"}, 400, "messages"),
     (CHAT, {"messages": [1]}, 400, "messages[0]"),

@@ -240,10 +240,6 @@ UNIMPLEMENTED = [
     ("tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]),
     ("tool_choice", "required"),
     ("logit_bias", {"42": 3}),
-    ("response_format", {"type": "json_object"}),
-    ("grammar", 'root ::= "a"'),
-    ("json_schema", {"type": "object"}),
-    ("logprobs", True),
     ("typical_p", 0.5),
 ]
 
