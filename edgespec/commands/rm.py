@@ -70,7 +70,9 @@ def _targets(name: str, directory: Path) -> list[tuple[str, list[Path], list[Pat
 
 
 def _size(n: int) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+    if n >= 1e9:
+        return f"{n / 1e9:.2f} GB"
+    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"
 
 
 def run(args: argparse.Namespace) -> int:
