@@ -24,7 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="serve completions over HTTP (OpenAI /v1 API and llama.cpp /infill)",
         description="Serve one target (and drafter) over HTTP: POST /v1/completions, "
         "/v1/chat/completions and /infill, GET /v1/models and /health, and llama-server's "
-        "POST /tokenize and /detokenize, GET /props and /metrics (Prometheus). Requests "
+        "POST /completion, /tokenize and /detokenize, GET /props and /metrics (Prometheus). "
+        "Requests "
         "run one at a time, in arrival order; a request sharing a prefix with the previous "
         "one reuses its KV cache.",
     )

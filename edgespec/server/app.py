@@ -31,7 +31,14 @@ from ..errors import EdgespecError, InvalidParameterError
 from .errors import ApiError, bad_request, from_exception
 from .extras import detokenize, props, tokenize
 from .metrics import Metrics, render
-from .requests import Options, parse_chat, parse_completions, parse_infill, parse_json
+from .requests import (
+    Options,
+    parse_chat,
+    parse_completions,
+    parse_infill,
+    parse_json,
+    parse_native,
+)
 from .responses import InfillFormat, OpenAIFormat, Outcome, ResponseFormat
 from .transport import JsonHandler
 from .worker import Worker
@@ -282,6 +289,23 @@ class Handler(JsonHandler):
             ),
         )
 
+    def _native(self) -> None:
+        call = parse_native(parse_json(self._raw))
+        s = self.server.session
+
+        def build() -> tuple[list[int], CodeRules | None, Prepared]:
+            if isinstance(call.prompt, list):
+                return s.check_tokens(call.prompt), None, {}
+            return s.text_prompt(call.prompt), None, {}
+
+        fmt = InfillFormat(
+            s,
+            stop_words=call.opts.stop,
+            response_fields=call.response_fields,
+            probs=call.opts.logprobs is not None,
+        )
+        self._generate(build, call.opts, "prompt", fmt)
+
     def _infill(self) -> None:
         call = parse_infill(parse_json(self._raw), DEFAULT_MAX_LINES)
         s = self.server.session
@@ -387,6 +411,7 @@ ROUTES: dict[str, dict[str, Callable[[Handler], None]]] = {
     "/v1/chat/completions": {"POST": Handler._chat},
     "/chat/completions": {"POST": Handler._chat},
     "/infill": {"POST": Handler._infill},
+    "/completion": {"POST": Handler._native},  # llama-server's format; /completions is OpenAI's
     "/tokenize": {"POST": Handler._tokenize},
     "/detokenize": {"POST": Handler._detokenize},
     "/props": {"GET": Handler._props},

@@ -449,9 +449,7 @@ def _content(mf: Fields, content: Any) -> str:
 def parse_infill(data: dict[str, Any], default_max_lines: int | None) -> InfillCall:
     """Check a /infill body (llama.cpp server's fields)."""
     f = Fields(data)
-    n_predict = f.checked("n_predict", None, check_max_tokens, minimum=-1)  # -1: no limit
-    if n_predict is None:
-        n_predict = f.checked("max_tokens", -1, check_max_tokens, minimum=-1)
+    n_predict = _n_predict(f)
     extra = data.get("input_extra")
     chunks = []
     if extra is not None:
@@ -466,7 +464,7 @@ def parse_infill(data: dict[str, Any], default_max_lines: int | None) -> InfillC
             )
     n_indent = f.integer("n_indent", 0, minimum=0)
     return InfillCall(
-        opts=_options(f, UNLIMITED if n_predict == -1 else n_predict or 0, "llama"),
+        opts=_options(f, n_predict, "llama"),
         prefix=f.string("input_prefix", "") or "",
         suffix=f.string("input_suffix", "") or "",
         extra=tuple(chunks),
@@ -475,6 +473,40 @@ def parse_infill(data: dict[str, Any], default_max_lines: int | None) -> InfillC
         min_indent=n_indent or None,
         response_fields=_response_fields(f),
     )
+
+
+@dataclass(frozen=True)
+class NativeCall:
+    """POST /completion (llama-server's own completion endpoint)."""
+
+    opts: Options
+    prompt: str | list[int]
+    response_fields: tuple[str, ...] = ()
+
+
+def _n_predict(f: Fields) -> int:
+    """llama-server's n_predict (alias max_tokens); -1, its default, is up to the context."""
+    n = f.checked("n_predict", None, check_max_tokens, minimum=-1)
+    if n is None:
+        n = f.checked("max_tokens", -1, check_max_tokens, minimum=-1)
+    return UNLIMITED if n == -1 else n or 0
+
+
+def parse_native(data: dict[str, Any]) -> NativeCall:
+    """Check a /completion body: a text or token-id ``prompt`` and llama-server's fields."""
+    f = Fields(data)
+    prompt = data.get("prompt")
+    if isinstance(prompt, list):
+        if not prompt or not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            raise bad_request(
+                "'prompt' must be a string or a list of token ids (one prompt per request)",
+                param="prompt",
+            )
+    elif prompt is None:
+        raise bad_request("'prompt' is required", param="prompt", code="missing_required")
+    else:
+        prompt = f.text(prompt, "prompt")
+    return NativeCall(_options(f, _n_predict(f), "llama"), prompt, _response_fields(f))
 
 
 def _response_fields(f: Fields) -> tuple[str, ...]:

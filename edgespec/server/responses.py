@@ -243,7 +243,8 @@ _STOP_TYPE = {
 
 
 class InfillFormat:
-    """The body and stream events of one /infill response, as llama.cpp server sends them.
+    """The body and stream events of one /infill or /completion response, as
+    llama-server sends them (its own format, not OpenAI's).
 
     Args:
         stop_words: the request's stop strings (the body names the one that matched).

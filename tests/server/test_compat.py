@@ -318,3 +318,17 @@ def test_repetition_penalties(fim_server: Running) -> None:
     )  # fmt: skip
     assert c.usage.completion_tokens >= 1
     assert fim_server.request("POST", "/infill", {**body, "repeat_penalty": 0})[0] == 400
+
+
+def test_llama_server_completion_endpoint(fim_server: Running) -> None:
+    """POST /completion answers in llama-server's own format, tokens_cached included."""
+    body = {"prompt": "Native: the people of the world", "n_predict": 8}
+    status, r = fim_server.request("POST", "/completion", body)
+    assert status == 200 and r["stop"] is True and r["content"]
+    assert r["tokens_predicted"] == len(r["tokens"]) == 8 and r["stop_type"] == "limit"
+    assert r["tokens_cached"] == len(fim_server.session.target.tokens)
+    events = sse_events(fim_server, "/completion", {**body, "stream": True})
+    assert "".join(e["content"] for e in events) == r["content"] and events[-1]["stop"]
+    _, ids = fim_server.request("POST", "/completion", {"prompt": r["tokens"][:3], "n_predict": 2})
+    assert ids["tokens_evaluated"] == 3
+    assert fim_server.request("POST", "/completion", {"n_predict": 2})[0] == 400
