@@ -33,9 +33,9 @@ MAX_CTX = 1 << 24  # 16,777,216 tokens: above every GGUF's training context
 
 
 DRAFT_HELP = (
-    "draft: auto (the default: n-gram prompt lookup, with --gamma auto switched off "
-    "where it does not pay), ngram (the same), a .gguf path or model name (any "
-    "vocabulary), ngram+MODEL (n-gram, else the model), or none"
+    "draft: auto (the default) or ngram, n-gram prompt lookup, which --gamma auto turns "
+    "off where it does not pay; a .gguf path or model name (any vocabulary); "
+    "ngram+MODEL (n-gram, else the model); or none"
 )
 AUTO_DRAFT_HELP = DRAFT_HELP  # every command's --draft means the same
 
@@ -102,7 +102,7 @@ def add_sampling_options(p: argparse.ArgumentParser) -> None:
         "--gamma",
         type=parse_gamma,
         default=DEFAULT_GAMMA,
-        help="draft tokens per round, or auto: chosen each round from measured costs",
+        help="draft tokens per round, or auto (the default): chosen each round from measured costs",
     )
 
 
