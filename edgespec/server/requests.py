@@ -320,7 +320,8 @@ def _logprobs(f: Fields, kind: str) -> int | None:
 
     Chat asks with ``logprobs: true`` and ``top_logprobs`` (0 unless given, as
     OpenAI's); text completions with an integer ``logprobs`` (0: the token's own
-    only); llama-server's ``n_probs`` (0: none) works on every endpoint.
+    only); llama-server's ``n_probs`` (0: none; its own endpoints also read an
+    integer ``logprobs`` for it) works on every endpoint.
     """
     n = f.integer("n_probs", 0, minimum=0) or None
     if kind == "chat":
@@ -336,6 +337,8 @@ def _logprobs(f: Fields, kind: str) -> int | None:
         name = "logprobs"
     else:
         name = "n_probs"
+        if n is None and f.raw("n_probs") is None:
+            n = f.integer("logprobs", 0, minimum=0) or None
     if n is not None and n > MAX_TOP_LOGPROBS:
         raise f._bad(name, f"must be at most {MAX_TOP_LOGPROBS}, got {n}")
     return n

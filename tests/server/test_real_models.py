@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -95,3 +96,27 @@ def test_smollm_chat_uses_its_template(smollm: Running) -> None:
                                               stream=True)  # fmt: skip
     text = "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
     assert text == r.choices[0].message.content
+
+
+def test_smollm_json_schema_and_logprobs(smollm: Running) -> None:
+    """A real chat model answers in the schema's JSON, with each token's logprobs."""
+    client = OpenAI(base_url=smollm.base + "/v1", api_key="x", max_retries=0)
+    schema = {
+        "type": "object",
+        "properties": {"capital": {"type": "string", "enum": ["Paris", "Rome", "Berlin"]}},
+        "required": ["capital"],
+        "additionalProperties": False,
+    }
+    r = client.chat.completions.create(
+        model="smollm2",
+        messages=[{"role": "user", "content": "What is the capital of France? Answer in JSON."}],
+        max_tokens=40,
+        response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": schema}},
+        logprobs=True,
+        top_logprobs=2,
+    )
+    assert r.choices[0].finish_reason == "stop"
+    assert json.loads(r.choices[0].message.content)["capital"] in ("Paris", "Rome", "Berlin")
+    entries = r.choices[0].logprobs.content
+    assert len(entries) == r.usage.completion_tokens
+    assert "".join(e.token for e in entries) == r.choices[0].message.content
