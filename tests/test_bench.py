@@ -320,6 +320,12 @@ def test_a_speedup_above_the_ceiling_is_flagged_not_credited() -> None:
     assert quiet["workloads"]["tiny"]["flags"] == []
     assert all(g["met"] is not None for g in quiet["goals"])
     assert "Warnings" not in text_report(quiet)
+    # llama.cpp's own kernels are not bound by edgespec's cost curve: not flagged
+    lookup = {"kind": llamacpp.LOOKUP, "speedup": 4.0, "reps": 3, "drafter": None, "gamma": 4,
+              "tokens_per_second": 40.0, "tokens_per_second_all": [40.0] * 3}  # fmt: skip
+    w["configs"]["llama-lookup n=4"] = lookup
+    finish(report)
+    assert lookup["over_ceiling"] is False
 
 
 def test_the_larger_ceiling_bounds_the_speedups() -> None:
