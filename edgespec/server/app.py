@@ -40,6 +40,7 @@ from .requests import (
     parse_native,
 )
 from .responses import InfillFormat, OpenAIFormat, Outcome, ResponseFormat
+from .timelimit import TimeLimit
 from .transport import JsonHandler
 from .worker import Worker
 
@@ -334,7 +335,6 @@ class Handler(JsonHandler):
     def _generate(self, build: Build, opts: Options, param: str, fmt: ResponseFormat) -> None:
         """Run a completion on the worker; answer in fmt's protocol (OpenAI's, llama.cpp's)."""
         s = self.server.session
-
         metrics = self.server.metrics
 
         def work(cancelled: Callable[[], bool]):
@@ -417,30 +417,6 @@ ROUTES: dict[str, dict[str, Callable[[Handler], None]]] = {
     "/props": {"GET": Handler._props},
     "/metrics": {"GET": Handler._metrics},
 }
-
-
-class TimeLimit:
-    """llama-server's ``t_max_predict_ms``: once generating has taken longer than
-    this (measured from the first token), the completion ends after the next
-    piece holding a newline, that piece kept (stop type "limit"). 0: no limit.
-
-    The pieces are those the session releases: where code rules hold a line's
-    newline back, it is seen, and the completion ends, with the next piece."""
-
-    def __init__(self, ms: int) -> None:
-        self.ms = ms
-        self.reached = False
-        self._start: float | None = None
-
-    def saw(self, piece: str) -> None:
-        """A piece of the completion was produced."""
-        if self.ms <= 0:
-            return
-        now = time.monotonic()
-        if self._start is None:
-            self._start = now
-        if "\n" in piece and (now - self._start) * 1000 > self.ms:
-            self.reached = True
 
 
 def serve(server: EdgespecServer) -> None:
