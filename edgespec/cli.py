@@ -15,14 +15,14 @@ from collections.abc import Sequence
 from importlib.metadata import entry_points
 from typing import NoReturn
 
-from .errors import EdgespecError
+from .errors import EdgespecError, one_line
 
 BUILTIN_COMMANDS = ("generate", "models", "pull", "rm", "calibrate", "bench", "complete", "serve")
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"edgespec: error: {message} (see --help)\n")
+        self.exit(2, f"edgespec: error: {one_line(message)} (see --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.run(args) or 0)
     except EdgespecError as e:
-        print(f"edgespec: error: {e}", file=sys.stderr)
+        print(f"edgespec: error: {one_line(str(e))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("edgespec: interrupted", file=sys.stderr)

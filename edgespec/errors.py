@@ -5,6 +5,12 @@ it as ``edgespec: error: <message>`` and exits non-zero, without a traceback.
 """
 
 
+def one_line(text: str) -> str:
+    """text with its control characters escaped (a newline in a file name is shown as
+    \\n), so a message quoting user input stays on one line."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
 class EdgespecError(Exception):
     """Base class: a failure with a message fit to show a user as it is."""
 

@@ -183,3 +183,11 @@ def test_help_documents_the_context_and_thread_defaults() -> None:
         assert f"default {DEFAULT_CTX}" in flat and "32768" in flat, name
         assert "or 0: one per available core" in flat, name
     assert "most tokens to generate" in _subcommands()["generate"].format_help()
+
+
+def test_a_newline_in_a_model_path_stays_on_the_error_line(tmp_path) -> None:
+    bad = tmp_path / "no\nsuch.gguf"
+    out = run_cli("generate", "--target", str(bad), "--prompt", "hi")
+    assert out.returncode == 1
+    assert out.stderr.count("\n") == 1 and "no\\nsuch.gguf" in out.stderr, out.stderr
+    assert out.stderr.startswith("edgespec: error: ")
