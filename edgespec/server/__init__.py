@@ -1,4 +1,5 @@
-"""A local completion server: OpenAI's /v1 API and llama.cpp server's /infill, speculatively.
+"""A local completion server: OpenAI's /v1 API and llama-server's /infill, /completion,
+/tokenize, /detokenize, /props and /metrics, speculatively.
 
 ``EdgespecServer(address, session)`` serves one CompletionSession (a target and
 its drafter); ``serve(server)`` runs it until interrupted.

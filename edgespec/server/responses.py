@@ -238,6 +238,7 @@ _STOP_TYPE = {
     "indent": "limit",
     "suffix": "word",
     "time_limit": "limit",
+    "grammar": "eos",  # the grammar admits nothing more: the output is complete
     "cancelled": "none",
 }
 
