@@ -276,7 +276,10 @@ class LlamaModel:
 
     def grammar(self, text: str, root: str = "root") -> GrammarMatcher:
         """A grammar's start state over this model's vocabulary (ValueError if refused)."""
-        return GrammarMatcher(compile_grammar(text, root, self._vocab), self.n_vocab)
+        smpl = ll.llama_sampler_init_grammar(self._vocab, text.encode(), root.encode())
+        if not smpl:  # (checked grammars parse: only then is stderr captured for the reason)
+            smpl = compile_grammar(text, root, self._vocab)
+        return GrammarMatcher(smpl, self.n_vocab)
 
     # --- context ----------------------------------------------------------
 
