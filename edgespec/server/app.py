@@ -30,13 +30,13 @@ from ..completion.session import (
 from ..errors import EdgespecError, InvalidParameterError
 from .errors import ApiError, bad_request, from_exception
 from .extras import detokenize, props, tokenize
+from .fields import parse_json
 from .metrics import Metrics, render
 from .requests import (
     Options,
     parse_chat,
     parse_completions,
     parse_infill,
-    parse_json,
     parse_native,
 )
 from .responses import InfillFormat, OpenAIFormat, Outcome, ResponseFormat

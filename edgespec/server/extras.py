@@ -15,7 +15,7 @@ from ..completion.session import CompletionSession
 from ..engine import DEFAULT_MAX_TOKENS
 from ..sampling import DEFAULT_MIN_P, DEFAULT_PENALTY_LAST_N, DEFAULT_TOP_K, DEFAULT_TOP_P
 from .errors import bad_request
-from .requests import Fields
+from .fields import Fields
 
 
 def tokenize(session: CompletionSession, data: dict[str, Any]) -> dict[str, Any]:
