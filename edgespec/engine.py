@@ -31,7 +31,7 @@ from .sampling import (
     process_logits,
     row_logprobs,
 )
-from .shaping import Shaper
+from .shaping import Lazy, Shaper
 from .stopping import StopSequenceMatcher
 from .verify import NO_TOKEN, accept_greedy, accept_rejection
 
@@ -92,14 +92,15 @@ def speculative_step(
     # one target call scores the pending token and every draft token: g + 1 rows of p
     logits = target.decode([context[-1], *draft.tokens], logits="all")
     if shaper is not None:  # row i penalised and masked after draft tokens 0..i-1
-        logits = shaper.rows(logits, draft.tokens)
-    p = None if sampling.greedy else process_logits(logits, sampling)
-    if p is None:
-        n, nxt = accept_greedy(draft.tokens, greedy_tokens(logits))
+        logits = shaper.rows(logits, draft.tokens)  # (each shaped when first read)
+    if sampling.greedy:
+        n, nxt = accept_greedy(draft.tokens, _argmaxes(logits, shaper))
         if shaper is not None and not logits[n].max() > -np.inf:
             nxt = NO_TOKEN  # the grammar admits nothing here
+        p = None
     else:
         q = draft.q or [_point_mass(x) for x in draft.tokens]
+        p = _processed(logits, sampling, shaper)
         n, nxt = accept_rejection(draft.tokens, q, p, rng)
     kept = [*draft.tokens[:n], nxt][: n + (nxt != NO_TOKEN)]
     lp = None if logprobs is None else _logprobs(logits, p, kept, logprobs)
@@ -109,8 +110,24 @@ def speculative_step(
     return RoundResult(draft.tokens, draft.model_calls, n, nxt, t1 - t0, verify_s, lp)
 
 
+def _argmaxes(logits: Sequence[np.ndarray], shaper: Shaper | None) -> Sequence[int]:
+    """The target's greedy token at each verify row (shaped rows: each when first read)."""
+    if shaper is None:
+        return greedy_tokens(logits)
+    return Lazy(lambda i: int(greedy_tokens(logits[i])[0]), len(logits))
+
+
+def _processed(
+    logits: Sequence[np.ndarray], sampling: SamplingParams, shaper: Shaper | None
+) -> Sequence[TokenDist]:
+    """p at each verify row (all at once unshaped; shaped rows: each when first read)."""
+    if shaper is None:
+        return process_logits(logits, sampling)
+    return Lazy(lambda i: process_logits(logits[i], sampling)[0], len(logits))
+
+
 def _logprobs(
-    logits: np.ndarray, p: list[TokenDist] | None, kept: list[int], n: int
+    logits: Sequence[np.ndarray], p: Sequence[TokenDist] | None, kept: list[int], n: int
 ) -> tuple[tuple[float, TopLogprobs], ...]:
     """Per kept token (row i for token i): its logprob and the top n, from the verify rows.
 

@@ -90,15 +90,9 @@ class Shaper:
             walk.push(x)
         return len(tokens)
 
-    def rows(self, logits: np.ndarray, draft: Sequence[int]) -> np.ndarray:
-        """Verify rows shaped: row i after the draft's tokens 0..i-1."""
-        walk = self.fork()
-        out = np.empty(logits.shape, dtype=np.float32)
-        for i, row in enumerate(logits):
-            out[i] = walk.shape(row)
-            if i < len(draft):
-                walk.push(draft[i])
-        return out
+    def rows(self, logits: np.ndarray, draft: Sequence[int]) -> ShapedRows:
+        """Verify rows shaped on demand: row i after the draft's tokens 0..i-1."""
+        return ShapedRows(logits, draft, self.fork())
 
     def shape(self, row: np.ndarray) -> np.ndarray:
         """The row penalised and masked: -inf where the grammar forbids a token, or
@@ -128,6 +122,46 @@ class Shaper:
         if sp.min_p > 0:
             cut = max(cut, best + sp.temperature * math.log(sp.min_p))
         return cut > -math.inf and cut >= bound
+
+
+class ShapedRows(Sequence[np.ndarray]):
+    """A round's verify rows, each shaped when first read (in order): the acceptance
+    rules stop at the first rejection, and rows after it are never shaped."""
+
+    def __init__(self, logits: np.ndarray, draft: Sequence[int], walk: Shaper) -> None:
+        self._logits, self._draft, self._walk = logits, draft, walk
+        self._rows: list[np.ndarray] = []
+
+    def __len__(self) -> int:
+        return len(self._logits)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if not 0 <= i < len(self._logits):
+            raise IndexError(i)
+        while len(self._rows) <= i:
+            k = len(self._rows)
+            self._rows.append(self._walk.shape(self._logits[k]))
+            if k < len(self._draft):
+                self._walk.push(self._draft[k])
+        return self._rows[i]
+
+
+class Lazy(Sequence):
+    """fn(i) for i < n, computed once each when first read."""
+
+    def __init__(self, fn: Callable[[int], object], n: int) -> None:
+        self._fn, self._n = fn, n
+        self._done: dict[int, object] = {}
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        if i not in self._done:
+            self._done[i] = self._fn(i)
+        return self._done[i]
 
 
 def _mask_head(
