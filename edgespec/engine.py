@@ -20,18 +20,10 @@ from .detok import Detokenizer
 from .drafting import CompositeDrafter, Draft, Drafter, KeepDrafting
 from .errors import ContextFullError, InvalidParameterError
 from .events import DoneEvent, Event, RoundEvent, Stats, StopReason, TokenEvent, TokenKind
-from .grammar import Grammar, GrammarError
+from .grammar import Grammar
 from .params import check_gamma, check_max_tokens
-from .sampling import (
-    SamplingParams,
-    TokenDist,
-    TopLogprobs,
-    dist_logprobs,
-    greedy_tokens,
-    process_logits,
-    row_logprobs,
-)
-from .shaping import Lazy, Shaper
+from .sampling import SamplingParams, TokenDist, TopLogprobs, kept_logprobs
+from .shaping import Shaper, argmaxes, dists, for_generation
 from .stopping import StopSequenceMatcher
 from .verify import NO_TOKEN, accept_greedy, accept_rejection
 
@@ -94,49 +86,20 @@ def speculative_step(
     if shaper is not None:  # row i penalised and masked after draft tokens 0..i-1
         logits = shaper.rows(logits, draft.tokens)  # (each shaped when first read)
     if sampling.greedy:
-        n, nxt = accept_greedy(draft.tokens, _argmaxes(logits, shaper))
+        n, nxt = accept_greedy(draft.tokens, argmaxes(logits, shaper))
         if shaper is not None and not logits[n].max() > -np.inf:
             nxt = NO_TOKEN  # the grammar admits nothing here
         p = None
     else:
         q = draft.q or [_point_mass(x) for x in draft.tokens]
-        p = _processed(logits, sampling, shaper)
+        p = dists(logits, sampling, shaper)
         n, nxt = accept_rejection(draft.tokens, q, p, rng)
     kept = [*draft.tokens[:n], nxt][: n + (nxt != NO_TOKEN)]
-    lp = None if logprobs is None else _logprobs(logits, p, kept, logprobs)
+    lp = None if logprobs is None else kept_logprobs(logits, p, kept, logprobs)
     # keep the pending token and the accepted drafts; drop the rejected tail
     target.truncate(n_ctx_before + 1 + n)
     verify_s = time.perf_counter() - t1
     return RoundResult(draft.tokens, draft.model_calls, n, nxt, t1 - t0, verify_s, lp)
-
-
-def _argmaxes(logits: Sequence[np.ndarray], shaper: Shaper | None) -> Sequence[int]:
-    """The target's greedy token at each verify row (shaped rows: each when first read)."""
-    if shaper is None:
-        return greedy_tokens(logits)
-    return Lazy(lambda i: int(greedy_tokens(logits[i])[0]), len(logits))
-
-
-def _processed(
-    logits: Sequence[np.ndarray], sampling: SamplingParams, shaper: Shaper | None
-) -> Sequence[TokenDist]:
-    """p at each verify row (all at once unshaped; shaped rows: each when first read)."""
-    if shaper is None:
-        return process_logits(logits, sampling)
-    return Lazy(lambda i: process_logits(logits[i], sampling)[0], len(logits))
-
-
-def _logprobs(
-    logits: Sequence[np.ndarray], p: Sequence[TokenDist] | None, kept: list[int], n: int
-) -> tuple[tuple[float, TopLogprobs], ...]:
-    """Per kept token (row i for token i): its logprob and the top n, from the verify rows.
-
-    Sampling: under p, the distribution it was drawn from (a correction's residual
-    restores p). Greedy: softmax of the (penalised, masked) logits at temperature 1, the
-    meaning of llama-server's n_probs, after the penalties and grammar we apply first."""
-    if p is not None:
-        return tuple(dist_logprobs(p[i], x, n) for i, x in enumerate(kept))
-    return tuple(row_logprobs(logits[i], x, n) for i, x in enumerate(kept))
 
 
 def _split_lookup(drafter: Drafter | None) -> tuple[Drafter | None, Drafter | None]:
@@ -191,7 +154,7 @@ def stream_generate(
     if logprobs is not None and logprobs < 0:
         raise InvalidParameterError(f"logprobs must be >= 0, got {logprobs}")
     prompt_tokens = _prompt_tokens(target, prompt)
-    shaper = _shaper(target, sampling, grammar, prompt_tokens, logprobs)
+    shaper = for_generation(target, sampling, grammar, prompt_tokens, logprobs)
     rng = np.random.default_rng(seed)
     t_start = time.perf_counter()
     cached = target.reuse_prefix(prompt_tokens)
@@ -232,29 +195,6 @@ def stream_generate(
         yield RoundEvent(rnd, len(res.draft), res.n_accepted, stats)
     stats = replace(stats, generated=len(out.tokens), wall_s=time.perf_counter() - t_start)
     yield out.done(stats)
-
-
-def _shaper(
-    target: LlamaModel,
-    sampling: SamplingParams,
-    grammar: Grammar | None,
-    prompt_tokens: list[int],
-    logprobs: int | None,
-) -> Shaper | None:
-    """Penalties and grammar for this generation; None when neither applies (no cost).
-
-    The penalties look back at the prompt too, as llama-server feeds it to its sampler;
-    the grammar starts at the output (llama-server does not feed it the prompt)."""
-    if grammar is None and not sampling.penalized:
-        return None
-    matcher = None
-    if grammar is not None:
-        try:
-            matcher = target.grammar(grammar.gbnf, grammar.root)
-        except ValueError as exc:
-            raise GrammarError(f"invalid grammar for this model: {exc}") from None
-    full = logprobs is not None and sampling.greedy
-    return Shaper(sampling, prompt_tokens, matcher, target.is_eog, full_softmax=full)
 
 
 def _prompt_tokens(target: LlamaModel, prompt: str | Sequence[int]) -> list[int]:

@@ -243,3 +243,16 @@ def _best(row: np.ndarray, n: int) -> np.ndarray:
     n = min(n, len(row))
     head = np.argpartition(-row, n - 1)[:n] if n < len(row) else np.arange(len(row))
     return head[np.lexsort((head, -row[head]))]
+
+
+def kept_logprobs(
+    logits: Sequence[np.ndarray], p: Sequence[TokenDist] | None, kept: list[int], n: int
+) -> tuple[tuple[float, TopLogprobs], ...]:
+    """Per kept token (row i for token i): its logprob and the top n, from the verify rows.
+
+    Sampling: under p, the distribution it was drawn from (a correction's residual
+    restores p). Greedy: softmax of the (penalised, masked) logits at temperature 1, the
+    meaning of llama-server's n_probs, after the penalties and grammar we apply first."""
+    if p is not None:
+        return tuple(dist_logprobs(p[i], x, n) for i, x in enumerate(kept))
+    return tuple(row_logprobs(logits[i], x, n) for i, x in enumerate(kept))

@@ -20,8 +20,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .backend import GrammarMatcher
-from .sampling import SamplingParams, apply_penalties
+from .backend import GrammarMatcher, LlamaModel
+from .grammar import Grammar, GrammarError
+from .sampling import SamplingParams, TokenDist, apply_penalties, greedy_tokens, process_logits
 
 #: greedy logprobs: a softmax over the allowed tokens within this many logits of the
 #: best (the rest weigh under n_vocab * e^-40 ~ 1e-12 of the mass)
@@ -122,6 +123,45 @@ class Shaper:
         if sp.min_p > 0:
             cut = max(cut, best + sp.temperature * math.log(sp.min_p))
         return cut > -math.inf and cut >= bound
+
+
+def for_generation(
+    target: LlamaModel,
+    sampling: SamplingParams,
+    grammar: Grammar | None,
+    prompt_tokens: list[int],
+    logprobs: int | None,
+) -> Shaper | None:
+    """Penalties and grammar for this generation; None when neither applies (no cost).
+
+    The penalties look back at the prompt too, as llama-server feeds it to its sampler;
+    the grammar starts at the output (llama-server does not feed it the prompt)."""
+    if grammar is None and not sampling.penalized:
+        return None
+    matcher = None
+    if grammar is not None:
+        try:
+            matcher = target.grammar(grammar.gbnf, grammar.root)
+        except ValueError as exc:
+            raise GrammarError(f"invalid grammar for this model: {exc}") from None
+    full = logprobs is not None and sampling.greedy
+    return Shaper(sampling, prompt_tokens, matcher, target.is_eog, full_softmax=full)
+
+
+def argmaxes(logits: Sequence[np.ndarray], shaper: Shaper | None) -> Sequence[int]:
+    """The target's greedy token at each verify row (shaped rows: each when first read)."""
+    if shaper is None:
+        return greedy_tokens(logits)
+    return Lazy(lambda i: int(greedy_tokens(logits[i])[0]), len(logits))
+
+
+def dists(
+    logits: Sequence[np.ndarray], sampling: SamplingParams, shaper: Shaper | None
+) -> Sequence[TokenDist]:
+    """p at each verify row (all at once unshaped; shaped rows: each when first read)."""
+    if shaper is None:
+        return process_logits(logits, sampling)
+    return Lazy(lambda i: process_logits(logits[i], sampling)[0], len(logits))
 
 
 class ShapedRows(Sequence[np.ndarray]):

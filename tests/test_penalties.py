@@ -14,7 +14,7 @@ import llama_cpp as ll
 import numpy as np
 import pytest
 
-from edgespec import engine
+from edgespec import shaping
 from edgespec.backend import LlamaModel
 from edgespec.drafting import CompositeDrafter, ModelDrafter
 from edgespec.drafting.ngram import NgramDrafter
@@ -134,7 +134,7 @@ def test_defaults_cost_nothing(synthetic_models, monkeypatch: pytest.MonkeyPatch
     def no_shaper(*args, **kwargs):
         raise AssertionError("a Shaper was built for default sampling")
 
-    monkeypatch.setattr(engine, "Shaper", no_shaper)
+    monkeypatch.setattr(shaping, "Shaper", no_shaper)
     with LlamaModel(synthetic_models["target"], n_ctx=256, n_threads=1) as target:
         generate(target, "Once upon a time", max_tokens=8, gamma=2, drafter=NgramDrafter())
         generate(target, "Once upon a time", max_tokens=8, sampling=SamplingParams(temperature=1))
