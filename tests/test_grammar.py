@@ -169,6 +169,57 @@ def test_greedy_constrained_is_target_only(models, draft_name: str, which: str) 
     assert free.tokens != alone.tokens  # the grammar constrained something
 
 
+class _Spy:
+    """A drafter that records each proposal with the context it continued."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.calls = inner, []
+        self.name, self.model, self.is_lookup = inner.name, inner.model, inner.is_lookup
+
+    def prefill(self, context) -> None:
+        self.inner.prefill(context)
+
+    def propose(self, context, n, sampling, rng, **kwargs):
+        draft = self.inner.propose(context, n, sampling, rng, **kwargs)
+        self.calls.append((list(context), list(draft.tokens)))
+        return draft
+
+
+@pytest.mark.parametrize("sp", [SamplingParams(), SAMPLED[0]], ids=["greedy", "sampled"])
+def test_draft_model_proposes_within_the_grammar(models, sp: SamplingParams) -> None:
+    """q is the masked draft distribution: every model proposal walks the grammar."""
+    target, draft = models
+    prompt = target.tokenize("Once upon a time", parse_special=True)
+    spy = _Spy(ModelDrafter(draft))
+    generate(target, prompt, drafter=spy, max_tokens=30, gamma=4, sampling=sp, seed=1,
+             grammar=Grammar.from_gbnf(WORDS))  # fmt: skip
+    assert sum(len(tokens) for _, tokens in spy.calls) > 10
+    for context, tokens in spy.calls:
+        walk = target.grammar(WORDS)
+        for tok in context[len(prompt) :]:
+            walk.accept(tok)
+        for tok in tokens:
+            assert walk.allowed(np.array([tok]))[0]
+            if target.is_eog(tok):
+                break
+            walk.accept(tok)
+
+
+def test_adaptive_gamma_with_a_lookup_first(models) -> None:
+    from edgespec.adaptive import AdaptiveGamma
+    from edgespec.costs import CostCurve
+
+    target, draft = models
+    grammar = Grammar.from_json_schema(SCHEMA)
+    prompt = 'say {"ok": true, "n": 12} and {"ok": true, "n": 12} and {"ok": true, "n": 1'
+    alone = generate(target, prompt, max_tokens=30, gamma=0, grammar=grammar)
+    curve = CostCurve("t", "k", seconds=(1.0, 1.1, 1.2, 1.3, 1.4))
+    policy = AdaptiveGamma(curve, draft_step_s=0.01)
+    spec = generate(target, prompt, max_tokens=30, gamma=policy, grammar=grammar,
+                    drafter=CompositeDrafter(NgramDrafter(), ModelDrafter(draft)))  # fmt: skip
+    assert spec.tokens == alone.tokens and spec.stats.drafted > 0
+
+
 def test_grammar_completes_with_end_of_generation(models) -> None:
     target, draft = models
     g = Grammar.from_gbnf('root ::= "yes" | "no" | "maybe"')
