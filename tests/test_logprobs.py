@@ -165,3 +165,27 @@ def test_zero_alternatives_and_bad_values(models) -> None:
     for bad in (-1, True, 2.5):
         with pytest.raises(InvalidParameterError):
             generate(target, PROMPT, max_tokens=2, logprobs=bad)
+
+
+@pytest.mark.real_model
+def test_gemma_speculative_logprobs_are_target_only(real_model_paths) -> None:
+    """On a real model the verify batch is bit-identical to single tokens: so are logprobs."""
+    from edgespec.drafting.ngram import NgramDrafter
+
+    prompt = "The cat sat on the mat. The cat sat on the mat. The cat"
+    with LlamaModel(real_model_paths["gemma-3-270m"], n_ctx=512, n_threads=2) as target:
+        runs = [
+            [
+                e
+                for e in stream_generate(
+                    target, prompt, drafter=drafter, max_tokens=24, gamma=4, logprobs=TOP
+                )  # fmt: skip
+                if isinstance(e, TokenEvent) and e.kind is not TokenKind.REJECTED
+            ]
+            for drafter in (None, NgramDrafter())
+        ]
+    alone, spec = runs
+    assert any(e.kind is TokenKind.ACCEPTED for e in spec)
+    assert [(e.token, e.logprob, e.top_logprobs) for e in spec] == [
+        (e.token, e.logprob, e.top_logprobs) for e in alone
+    ]

@@ -181,3 +181,15 @@ def test_sampled_penalised_output_follows_target(models, case) -> None:
     assert 0.05 < accepted / drafted < 0.95  # both the accept and the resample branches ran
     assert _pvalue(firsts, p1) > ALPHA
     assert _pvalue(seconds, p2) > ALPHA
+
+
+@pytest.mark.real_model
+def test_gemma_greedy_with_penalties_is_target_only(real_model_paths) -> None:
+    sp = SamplingParams(repeat_penalty=1.15, frequency_penalty=0.2)
+    prompt = "Repeat after me: the cat sat on the mat. The cat sat on the mat. The cat"
+    with LlamaModel(real_model_paths["gemma-3-270m"], n_ctx=512, n_threads=2) as target:
+        plain = generate(target, prompt, max_tokens=40, gamma=0)
+        alone = generate(target, prompt, max_tokens=40, gamma=0, sampling=sp)
+        spec = generate(target, prompt, max_tokens=40, gamma=4, sampling=sp, drafter=NgramDrafter())
+    assert spec.tokens == alone.tokens != plain.tokens
+    assert spec.stats.drafted > 0
