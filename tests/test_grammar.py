@@ -307,3 +307,15 @@ def test_gemma_json_schema(real_model_paths) -> None:
     value = json.loads(alone.text)
     assert set(value) == {"name", "age"}
     assert isinstance(value["name"], str) and isinstance(value["age"], int)
+
+
+def test_tokens_named_by_text_are_checked_against_the_model(models) -> None:
+    target, _ = models
+    bos = target.vocab_info().bos
+    g = Grammar.from_gbnf(f'root ::= "a" {target.token_text(bos)}')  # checked on binding
+    done = generate(target, "a a", max_tokens=5, gamma=0, grammar=g)
+    assert done.tokens[1:] == (bos,) and done.stop_reason is StopReason.EOG
+    bad = Grammar.from_gbnf('root ::= "a" <|no-such-token|>')
+    with pytest.raises(GrammarError) as err:
+        generate(target, "a a", max_tokens=5, gamma=0, grammar=bad)
+    assert "\n" not in str(err.value)
