@@ -265,8 +265,12 @@ def _exact_first_two(target: LlamaModel, prompt: list[int], gbnf: str, sp: Sampl
     return p1.dense(n_vocab), p2
 
 
-@pytest.mark.parametrize("sp", SAMPLED, ids=["topk8", "topp-minp"])
-def test_sampled_constrained_output_follows_target(models, sp: SamplingParams) -> None:
+@pytest.mark.parametrize(
+    ("sp", "draft_name"),
+    [(SAMPLED[0], "model"), (SAMPLED[1], "model"), (SAMPLED[0], "ngram")],
+    ids=["topk8", "topp-minp", "ngram-topk8"],
+)
+def test_sampled_constrained_output_follows_target(models, sp, draft_name) -> None:
     target, draft = models
     prompt = target.tokenize("Once upon a time", parse_special=True)
     p1, p2 = _exact_first_two(target, prompt, WORDS, sp)
@@ -274,14 +278,17 @@ def test_sampled_constrained_output_follows_target(models, sp: SamplingParams) -
     firsts, seconds, accepted, drafted = [], [], 0, 0
     for seed in range(RUNS):
         done = generate(
-            target, prompt, drafter=ModelDrafter(draft), max_tokens=3, gamma=3, sampling=sp,
-            seed=seed, grammar=grammar,
+            target, prompt, drafter=_drafter(draft_name, draft), max_tokens=3, gamma=3,
+            sampling=sp, seed=seed, grammar=grammar,
         )  # fmt: skip
         firsts.append(done.tokens[0])
         seconds.append(done.tokens[1])
         accepted += done.stats.accepted
         drafted += done.stats.drafted
-    assert 0.05 < accepted / drafted < 0.95
+    if draft_name == "model":
+        assert 0.05 < accepted / drafted < 0.95
+    else:  # the lookup's point masses: proposals the grammar forbids are cut, the rest
+        assert drafted > RUNS // 4  # mostly rejected (the residual path)
     assert _pvalue(firsts, p1) > ALPHA
     assert _pvalue(seconds, p2) > ALPHA
 
