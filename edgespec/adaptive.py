@@ -18,10 +18,14 @@ costs.CALIBRATION_SIZES), and an interpolated size can cost 25% more than priced
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .costs import MAX_VERIFY, CostCurve
+from .costs import MAX_VERIFY, CostCurve, GapCalibration
+
+if TYPE_CHECKING:
+    from .backend import LlamaModel
 
 # long drafts pay on CPUs too: a 48-row verify costs ~19x one token here, 17 rows 8.5x
 DEFAULT_MAX_GAMMA = MAX_VERIFY - 1
@@ -119,6 +123,33 @@ class AdaptiveGamma:
         self._probe_after = FIRST_PROBE_AFTER
         self._since_plain = 0
         self.chosen: list[int] = []
+        # the curve being measured between rounds (costs.GapCalibration), if any
+        self.gaps: GapCalibration | None = None
+
+    def set_curve(self, verify: CostCurve) -> None:
+        """Use a new cost curve (a better measured one); the online corrections,
+        ratios to the old curve, start again. Acceptance estimates are kept."""
+        if verify is self.verify:
+            return
+        self.verify = verify
+        self._timed = frozenset(verify.timed_sizes())
+        self._scale_num, self._scale_den = 0.0, 0.0
+        self.k_scale = {}
+        self._size_ratio = []
+
+    def measure_gap(self, model: LlamaModel) -> None:
+        """Between rounds: time one more batch of the curve being measured (if any).
+
+        The model's KV cache is left as it was (the batch is rolled back), so this
+        changes gamma choices only, never the output.
+        """
+        if self.gaps is None:
+            return
+        curve = self.gaps.measure(model)
+        if curve is not None:
+            self.set_curve(curve)
+        if self.gaps.done:
+            self.gaps = None
 
     def start_generation(self) -> None:
         """Forget what belongs to the last generation's text, keep what was learned.

@@ -2,8 +2,13 @@
 
 Speculation pays only where a k-token verify costs much less than k single
 tokens. That ratio depends on the model, the hardware, the thread count and the
-kernels, so edgespec measures it (a few seconds, once) and caches the curve per
-model file, machine, thread count and kernel mode.
+kernels, so edgespec measures it and caches the curve per model (its size and
+the head of the file, not its path), machine, thread count, offload and kernel mode.
+
+``edgespec calibrate`` measures it at once (``measure_curve``). ``--gamma auto``
+never waits for it: with nothing cached the first rounds are plain, and the curve is
+measured a batch at a time between rounds (``GapCalibration``), a provisional curve
+serving as soon as a few sizes are timed; progress is cached, so short runs add up.
 """
 
 from __future__ import annotations
@@ -32,8 +37,13 @@ CALIBRATION_REPS = 4
 # 12 rows 4.3x). Every size up to 8 is timed, then every multiple of 4, and the policy
 # drafts only to sizes that were timed; the others are interpolated, for reference.
 CALIBRATION_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48)
-CURVE_VERSION = 2  # part of the cache key: curves cached before the staircase are re-measured
+CURVE_VERSION = 3  # part of the cache key: v2 keys (path and mtime) read as absent
 NOISY_SPREAD = 1.25  # median / fastest repetition above this: something else was running
+# Measured between rounds: these sizes first (then the policy may draft to them), each
+# size GAP_REPS times in all; a curve whose repetitions disagree stays provisional.
+QUICK_SIZES = (1, 4, 8, 16)
+GAP_REPS = 2
+IDENTITY_BYTES = 4 << 20  # the model's identity: its size and a hash of its first 4 MiB
 _FILLER = "The quick brown fox jumps over the lazy dog near the river bank. " * 12
 
 
@@ -44,8 +54,9 @@ class CostCurve:
     model: str
     key: str
     seconds: tuple[float, ...]  # seconds[k - 1] for a batch of k tokens
-    noisy: bool = False  # repetitions disagreed: the machine was busy; not cached
+    noisy: bool = False  # repetitions disagreed: the machine was busy
     timed: tuple[int, ...] = ()  # the sizes measured (empty: all of them)
+    provisional: bool = False  # noisy or partly measured: used, and measured again later
 
     def cost(self, k: int) -> float:
         """Seconds for a batch of k tokens (linear extrapolation past the measured range)."""
@@ -64,12 +75,12 @@ class CostCurve:
 
 
 def machine_key(model: LlamaModel, max_k: int) -> str:
-    """What the curve depends on: file identity, CPU, threads, offload, kernel mode."""
-    st = model.path.stat()
+    """What the curve depends on: the model's identity, CPU, threads, offload, kernels.
+
+    Not the file's path or mtime: a copy of the same GGUF elsewhere has the same curve.
+    """
     parts = [
-        model.path.name,
-        str(st.st_size),
-        str(int(st.st_mtime)),
+        model_identity(model.path),
         platform.machine(),
         _cpu_name(),
         f"threads={model.n_threads}",
@@ -79,6 +90,21 @@ def machine_key(model: LlamaModel, max_k: int) -> str:
         f"curve=v{CURVE_VERSION}",
     ]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:24]
+
+
+_identities: dict[tuple[str, int, int, int], str] = {}
+
+
+def model_identity(path: Path) -> str:
+    """The GGUF's size and a hash of its first IDENTITY_BYTES (its header and tensor
+    index, for small models): what the model is, wherever the file lies."""
+    st = path.stat()
+    memo = (str(path), st.st_size, st.st_mtime_ns, st.st_ino)
+    if memo not in _identities:
+        with open(path, "rb") as f:
+            head = hashlib.sha256(f.read(IDENTITY_BYTES)).hexdigest()
+        _identities[memo] = f"size={st.st_size}|head={head}"
+    return _identities[memo]
 
 
 def _cpu_name() -> str:
@@ -116,12 +142,14 @@ def measure_curve(
     best = {k: min(v) for k, v in samples.items()}
     spread = max(sorted(v)[len(v) // 2] / min(v) for v in samples.values())
     secs = tuple(float(np.interp(k, sizes, [best[s] for s in sizes])) for k in range(1, max_k + 1))
+    noisy = spread > NOISY_SPREAD
     return CostCurve(
         model=model.path.name,
         key=machine_key(model, max_k),
         seconds=secs,
-        noisy=spread > NOISY_SPREAD,
+        noisy=noisy,
         timed=tuple(sizes),
+        provisional=noisy,
     )
 
 
@@ -140,8 +168,10 @@ def load_or_measure(
 ) -> CostCurve:
     """The cached curve for this model and machine, measuring (and caching) it if absent.
 
+    A provisional cached curve (noisy, or measured between rounds) is measured again.
     Every curve is also kept for the life of the process, a noisy one included:
     measuring empties the model's KV cache, so it must not happen on every request.
+    A noisy one is cached as provisional: ``policy_curve`` uses it, and refines it.
     """
     max_k = min(max_k, model.n_batch)  # a verify batch is one llama_decode
     key = machine_key(model, max_k)
@@ -150,21 +180,29 @@ def load_or_measure(
     path = calibration_file()
     curve = None if refresh else _cached_curve(_read_cache(path).get(key), key, max_k)
     origin = ORIGIN_CACHE
-    if curve is None:
+    if curve is None or curve.provisional:
         curve = measure_curve(model, max_k=max_k)
-        if curve.noisy:  # a busy machine's curve is kept for this process only
-            origin = ORIGIN_NOISY
-        else:
-            origin = ORIGIN_STORED if _store_curve(path, curve) else ORIGIN_UNWRITABLE
+        stored = _store_curve(path, curve)
+        # a busy machine's curve is cached as provisional, and measured again later
+        origin = ORIGIN_NOISY if curve.noisy else ORIGIN_STORED if stored else ORIGIN_UNWRITABLE
     _process_curves[key] = curve
     _process_origins[key] = origin
+    _gap_calibrations.pop(key, None)
     return curve
 
 
 ORIGIN_CACHE = "read from the cache"
 ORIGIN_STORED = "measured and cached"
-ORIGIN_NOISY = "measured, not cached: timings varied between repetitions (a busy machine?)"
+ORIGIN_NOISY = (
+    "measured, cached as provisional: timings varied between repetitions (a busy "
+    "machine?); measured again later"
+)
 ORIGIN_UNWRITABLE = "measured, not cached: the cache file could not be written"
+ORIGIN_PROVISIONAL = (
+    "provisional: partly measured between rounds, or on a busy machine; used, and "
+    "measured again between the rounds of later replies"
+)
+ORIGIN_PENDING = "not measured yet: plain rounds first, measured between rounds"
 
 _process_curves: dict[str, CostCurve] = {}
 _process_origins: dict[str, str] = {}
@@ -187,10 +225,11 @@ def _cached_curve(entry: dict | None, key: str, max_k: int) -> CostCurve | None:
         return None  # (json reads NaN and Infinity: a NaN cost would stop all drafting)
     if not set(timed) <= set(range(1, max_k + 1)):
         return None
-    return CostCurve(model=model, key=key, seconds=seconds, timed=timed)
+    provisional = bool(entry.get("provisional", False))
+    return CostCurve(model=model, key=key, seconds=seconds, timed=timed, provisional=provisional)
 
 
-def _store_curve(path: Path, curve: CostCurve) -> bool:
+def _store_curve(path: Path, curve: CostCurve, **extra: list) -> bool:
     """Add one curve to the cache file, keeping the others.
 
     The read, merge and replace happen under an exclusive lock on a file beside the
@@ -201,7 +240,7 @@ def _store_curve(path: Path, curve: CostCurve) -> bool:
         path.parent.mkdir(parents=True, exist_ok=True)
         with exclusive_lock(path.with_name(f".lock-{path.name}")):
             cache = _read_cache(path)
-            cache[curve.key] = asdict(curve)
+            cache[curve.key] = {**asdict(curve), **extra}
             if path.is_dir() and not path.is_symlink():
                 path.rmdir()  # an empty directory in its place (OSError if not empty)
             _write_cache(path, cache)
@@ -257,3 +296,174 @@ def _write_cache(path: Path, cache: dict) -> None:
         replace_file(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     except OSError:
         pass  # a read-only cache only costs a re-measurement next time
+
+
+class GapCalibration:
+    """The target's cost curve, measured one batch at a time between a reply's rounds.
+
+    A batch of k filler tokens is decoded after the tokens the model holds and rolled
+    back at once (``truncate``: exact), so the engine's KV cache is as it was and the
+    output does not change; only the policy's choice of gamma does. Timed at the
+    reply's depth rather than at CALIBRATION_DEPTH; the policy's online correction
+    covers the difference. Progress is cached (a provisional entry), so short runs add
+    up; once every size has GAP_REPS timings that agree, the curve is cached as final.
+    """
+
+    def __init__(self, model: LlamaModel, max_k: int) -> None:
+        self.name = model.path.name
+        self.max_k = max_k
+        self.key = machine_key(model, max_k)
+        self.path = calibration_file()
+        quick = [k for k in QUICK_SIZES if k <= max_k]
+        rest = sorted(({k for k in CALIBRATION_SIZES if k < max_k} | {max_k}) - set(quick))
+        self.sizes = quick + rest  # measured in this order, a repetition at a time
+        self.n_quick = len(quick)
+        self.samples: dict[int, list[float]] = {k: [] for k in self.sizes}
+        entry = _read_cache(self.path).get(self.key) or {}
+        try:  # progress an earlier process cached (pairs: size, seconds)
+            pairs = zip(entry.get("gap_sizes", ()), entry.get("gap_seconds", ()), strict=True)
+            for k, sec in pairs:
+                if int(k) in self.samples and math.isfinite(sec) and sec > 0:
+                    self.samples[int(k)].append(float(sec))
+        except (TypeError, ValueError):
+            pass
+        self.curve = _cached_curve(entry or None, self.key, max_k)
+        if self.curve is None:
+            self.curve = self._build()
+        self._filler: list[int] = []
+        self.measured = 0  # batches timed by this process
+
+    @property
+    def done(self) -> bool:
+        """Whether a final (not provisional) curve is in: nothing left to measure."""
+        return self.curve is not None and not self.curve.provisional
+
+    def next_size(self) -> int:
+        """The next batch size to time: the quick sizes first, then the rest, per rep."""
+        fewest = min(len(v) for v in self.samples.values())
+        return next(k for k in self.sizes if len(self.samples[k]) == fewest)
+
+    def measure(self, model: LlamaModel) -> CostCurve | None:
+        """Time one batch after the model's tokens, roll it back; the curve so far."""
+        if self.done:
+            return self.curve
+        k = self.next_size()
+        depth = len(model.tokens)
+        if depth + k > model.n_ctx:
+            return self.curve  # no room in this context: another reply measures it
+        if not self._filler:
+            self._filler = model.tokenize(_FILLER)
+            while len(self._filler) < self.max_k:
+                self._filler += self._filler
+        try:
+            t0 = time.perf_counter()
+            model.decode(self._filler[:k], logits="all")
+            self.samples[k].append(time.perf_counter() - t0)
+        finally:
+            model.truncate(depth)  # exactly the tokens the engine had
+        self.measured += 1
+        curve = self._build()
+        old = self.curve
+        if curve is not None and (old is None or len(curve.timed) >= len(old.timed)):
+            self.curve = curve  # (not a few sizes in place of a full, noisy curve)
+        self._store()
+        return self.curve
+
+    def _build(self) -> CostCurve | None:
+        """A curve from the sizes timed so far (None until the quick sizes are)."""
+        sizes = [k for k in self.sizes if self.samples[k]]
+        if not sizes or not all(self.samples[k] for k in self.sizes[: self.n_quick]):
+            return None
+        sizes.sort()
+        best = [min(self.samples[k]) for k in sizes]
+        if len(sizes) == 1:
+            secs = [best[0] * k for k in range(1, self.max_k + 1)]
+        else:
+            slope = (best[-1] - best[-2]) / (sizes[-1] - sizes[-2])
+            secs = [
+                float(np.interp(k, sizes, best)) if k <= sizes[-1]
+                else best[-1] + max(slope, 0.0) * (k - sizes[-1])
+                for k in range(1, self.max_k + 1)
+            ]  # fmt: skip
+        complete = all(len(v) >= GAP_REPS for v in self.samples.values())
+        noisy = complete and any(max(v) / min(v) > NOISY_SPREAD for v in self.samples.values())
+        return CostCurve(
+            model=self.name,
+            key=self.key,
+            seconds=tuple(secs),
+            noisy=noisy,
+            timed=tuple(sizes),
+            provisional=not complete or noisy,
+        )
+
+    def _store(self) -> None:
+        curve = self.curve
+        if curve is None:
+            return
+        if curve.noisy:  # measured again from scratch in later replies, meanwhile used
+            self.samples = {k: [] for k in self.sizes}
+        if curve.provisional:
+            pairs = [(k, s) for k, v in self.samples.items() for s in v]
+            _store_curve(
+                self.path, curve, gap_sizes=[k for k, _ in pairs], gap_seconds=[s for _, s in pairs]
+            )
+            _process_origins[self.key] = ORIGIN_PROVISIONAL
+        else:
+            stored = _store_curve(self.path, curve)
+            _process_curves[self.key] = curve
+            _process_origins[self.key] = ORIGIN_STORED if stored else ORIGIN_UNWRITABLE
+
+
+_gap_calibrations: dict[str, GapCalibration] = {}
+
+
+def policy_curve(
+    model: LlamaModel, *, max_k: int = MAX_VERIFY
+) -> tuple[CostCurve, GapCalibration | None]:
+    """The curve --gamma auto starts from, without measuring anything now.
+
+    A final cached curve, or one measured in full in this process (noisy or not):
+    (it, None). Otherwise the process's GapCalibration for this
+    model and machine, and its provisional curve, or, before its quick sizes are
+    timed, a curve with only size 1 timed (the policy then decodes plainly).
+    """
+    max_k = min(max_k, model.n_batch)
+    key = machine_key(model, max_k)
+    if key in _process_curves:
+        return _process_curves[key], None
+    gaps = _gap_calibrations.get(key)
+    if gaps is None:
+        gaps = _gap_calibrations[key] = GapCalibration(model, max_k)
+    if gaps.done:
+        _process_curves.setdefault(key, gaps.curve)  # type: ignore[arg-type]
+        _process_origins.setdefault(key, ORIGIN_CACHE)
+        return gaps.curve, None  # type: ignore[return-value]
+    if gaps.curve is not None:
+        _process_origins[key] = ORIGIN_PROVISIONAL
+        return gaps.curve, gaps
+    _process_origins[key] = ORIGIN_PENDING
+    return pending_curve(model, key, max_k), gaps
+
+
+def pending_curve(model: LlamaModel, key: str, max_k: int) -> CostCurve:
+    """A placeholder before anything is timed: only size 1, so every round is plain."""
+    return CostCurve(
+        model=model.path.name,
+        key=key,
+        seconds=tuple(float(k) for k in range(1, max_k + 1)),
+        timed=(1,),
+        provisional=True,
+    )
+
+
+def calibration_note(model: LlamaModel, *, max_k: int = MAX_VERIFY) -> str | None:
+    """What --gamma auto does about the cost curve, for stderr or a panel; None if final."""
+    curve, gaps = policy_curve(model, max_k=max_k)
+    if gaps is None:
+        return None
+    if gaps.curve is None:
+        return (
+            "no cost curve for this model and machine yet: plain decoding first, the "
+            "curve measured between tokens (`edgespec calibrate` measures it at once)"
+        )
+    return "provisional cost curve: refined between tokens (`edgespec calibrate` finishes it)"

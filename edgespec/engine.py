@@ -193,6 +193,10 @@ def stream_generate(
                     shaper.push(tok)
         stats = replace(stats, generated=len(out.tokens), wall_s=time.perf_counter() - t_start)
         yield RoundEvent(rnd, len(res.draft), res.n_accepted, stats)
+        if policy is not None and out.reason is None and len(out.tokens) < max_tokens:
+            # the cost curve, if not measured yet: one batch, rolled back (the cache
+            # holds out.context[:-1] again), after this round's tokens went out
+            policy.measure_gap(target)
     stats = replace(stats, generated=len(out.tokens), wall_s=time.perf_counter() - t_start)
     yield out.done(stats)
 
@@ -373,14 +377,25 @@ def resolve_gamma(
     return None
 
 
-def make_policy(target: LlamaModel, drafter: Drafter) -> AdaptiveGamma:
-    """Adaptive gamma from the (cached) cost curves of the target and a draft model."""
-    from .costs import load_or_measure
+def make_policy(target: LlamaModel, drafter: Drafter, *, calibrate: bool = False) -> AdaptiveGamma:
+    """Adaptive gamma from the (cached) cost curves of the target and a draft model.
 
-    curve = load_or_measure(target)
+    Nothing is measured for the target now: without a final cached curve the policy
+    starts from a provisional one (or plain rounds) and measures between rounds
+    (costs.policy_curve). A draft model's one-token step is measured now if absent
+    (two sizes, well under a second). calibrate: measure the target's curve in full
+    now if it is not cached (a benchmark's warm-up: nothing measured while timed).
+    """
+    from .costs import load_or_measure, policy_curve
+
+    if calibrate:
+        load_or_measure(target)
+    curve, gaps = policy_curve(target)
     draft_model = drafter.model
     step = load_or_measure(draft_model, max_k=2).cost(1) if draft_model is not None else 0.0
-    return AdaptiveGamma(curve, draft_step_s=step)
+    policy = AdaptiveGamma(curve, draft_step_s=step)
+    policy.gaps = gaps
+    return policy
 
 
 def _position_counts(

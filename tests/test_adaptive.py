@@ -168,7 +168,9 @@ def test_two_threads_writing_the_cache_never_leave_it_broken(tmp_path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["calibration.json"]
 
 
-def test_a_noisy_calibration_is_not_cached(synthetic_models, tmp_path, monkeypatch) -> None:
+def test_a_noisy_calibration_is_cached_as_provisional(
+    synthetic_models, tmp_path, monkeypatch
+) -> None:
     monkeypatch.setenv("EDGESPEC_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(costs, "NOISY_SPREAD", 0.0)  # every repetition counts as disturbed
     monkeypatch.setattr(costs, "_process_curves", {})
@@ -179,8 +181,19 @@ def test_a_noisy_calibration_is_not_cached(synthetic_models, tmp_path, monkeypat
         m.decode(tokens, logits="none")
         assert load_or_measure(m, max_k=3) is curve
         assert m.tokens == tokens
-    assert curve.noisy
-    assert not (tmp_path / "calibration.json").exists()
+    assert curve.noisy and curve.provisional
+    # kept (it was discarded, and every later run paid for a calibration again) ...
+    entry = json.loads((tmp_path / "calibration.json").read_text())[curve.key]
+    assert entry["provisional"] is True
+    # ... and used by --gamma auto in a later process, which refines it between rounds
+    monkeypatch.setattr(costs, "_process_curves", {})
+    monkeypatch.setattr(costs, "_gap_calibrations", {})
+    with LlamaModel(synthetic_models["target"], n_ctx=256, n_threads=1) as m:
+        used, gaps = costs.policy_curve(m, max_k=3)
+        assert used.seconds == curve.seconds and gaps is not None
+        assert costs.curve_origin(used) == costs.ORIGIN_PROVISIONAL
+        # an explicit calibration (calibrate, bench) measures it again
+        assert load_or_measure(m, max_k=3) is not used
 
 
 @pytest.mark.parametrize("draft", ["draft_same", "draft_unrelated", "ngram"])

@@ -267,7 +267,7 @@ def _warm_up(target: LlamaModel, drafters: dict[str, LoadedDrafter], setup: Benc
     curves: dict[str, list[float]] = {}
     for spec, d in drafters.items():
         drafter = d.fresh()
-        policy = make_policy(target, drafter)
+        policy = make_policy(target, drafter, calibrate=True)
         curves["target"] = list(policy.verify.seconds)
         curves[f"{spec} draft_step_s"] = [policy.draft_step_s]
         generate(target, "Hello", drafter=d.fresh(), max_tokens=4, gamma=2)
