@@ -467,3 +467,17 @@ def calibration_note(model: LlamaModel, *, max_k: int = MAX_VERIFY) -> str | Non
             "curve measured between tokens (`edgespec calibrate` measures it at once)"
         )
     return "provisional cost curve: refined between tokens (`edgespec calibrate` finishes it)"
+
+
+def calibration_progress(model: LlamaModel, *, max_k: int = MAX_VERIFY) -> str | None:
+    """How far measuring between rounds has got, for a line at the end; None if final."""
+    gaps = _gap_calibrations.get(machine_key(model, min(max_k, model.n_batch)))
+    if gaps is None or not gaps.measured:
+        return None
+    if gaps.done:
+        return "cost curve measured between tokens and cached: later runs use it"
+    have = sum(min(len(v), GAP_REPS) for v in gaps.samples.values())
+    return (
+        f"cost curve: {have} of {GAP_REPS * len(gaps.sizes)} timings so far, cached; "
+        "later runs go on measuring between tokens"
+    )

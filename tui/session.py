@@ -63,6 +63,7 @@ class EngineInfo:
     chat_mode: bool  # False: base model, completion mode
     n_ctx: int
     drafter_choices: tuple[str, ...] = ("none",)
+    calibration: str | None = None  # gamma auto without a measured cost curve: what it does
 
 
 class ChatEngine(Protocol):
@@ -160,7 +161,19 @@ class LlamaChatEngine:
             chat_mode=self.format.chat_mode,
             n_ctx=self.target.n_ctx,
             drafter_choices=self._choices(),
+            calibration=self._calibration_note(),
         )
+
+    def _calibration_note(self) -> str | None:
+        """What gamma auto does about the target's cost curve (None: it is measured).
+
+        Replies never wait for it: the first ones decode plainly and measure it between
+        rounds (the rolled-back batches leave the conversation's cache as it was)."""
+        if self.drafter is None:
+            return None
+        from edgespec.costs import calibration_note
+
+        return calibration_note(self.target)
 
     def set_drafter(self, choice: str) -> None:
         """Switch drafter: "none", "ngram" (prompt lookup), the --draft model, or "self"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..backend import LlamaModel
 from ..chat_template import ChatFormat
+from ..costs import calibration_note, calibration_progress
 from ..engine import stream_generate
 from ..errors import InvalidParameterError
 from ..events import DoneEvent, TokenEvent, TokenKind
@@ -84,6 +85,9 @@ def run(args: argparse.Namespace) -> int:
     if args.chat:
         prompt = _chat_prompt(target, prompt)
     gamma = args.gamma if drafter else 0
+    auto = drafter is not None and gamma == "auto"
+    if auto and (note := calibration_note(target)) is not None:
+        print(f"edgespec: gamma auto: {note}", file=sys.stderr, flush=True)
     done, shown = None, ""
     for ev in stream_generate(
         target,
@@ -103,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
         elif isinstance(ev, DoneEvent):
             done = ev
     assert done is not None
+    if auto and (note := calibration_progress(target)) is not None:
+        print(f"edgespec: gamma auto: {note}", file=sys.stderr, flush=True)
     if not args.json:  # held back (a possible stop string) or flushed at the end
         sys.stdout.write(done.text[len(shown) :])
     s = done.stats

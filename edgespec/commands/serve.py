@@ -100,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
+    if (note := session.calibration_note) is not None:
+        print(f"edgespec: gamma auto: {note}", file=sys.stderr, flush=True)
     if not args.api_key and not _is_loopback(args.host):
         print(
             f"edgespec: warning: {args.host} is reachable from other machines and no API key "

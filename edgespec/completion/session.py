@@ -104,6 +104,8 @@ class CompletionSession:
         # not cached, each measurement would also empty the KV cache a request reuses.
         auto = drafter is not None and gamma == AUTO
         self._policy = make_policy(target, drafter) if auto else None
+        # (nothing measured here: without a cached curve the first requests decode
+        # plainly and measure it between rounds; see calibration_note)
         self.name = name
         self.fim = target.fim_tokens()
         self.stop_tokens = fim_stop_tokens(self.fim)
@@ -111,6 +113,15 @@ class CompletionSession:
         self.chat_format = ChatFormat.of(target, self.chat_template or CHATML)
         info = target.vocab_info()
         self._bos = info.bos if info.add_bos and info.bos >= 0 else None
+
+    @property
+    def calibration_note(self) -> str | None:
+        """What gamma auto does about the target's cost curve (None: it is measured)."""
+        if self._policy is None or self._policy.gaps is None:
+            return None
+        from ..costs import calibration_note
+
+        return calibration_note(self.target)
 
     @property
     def has_fim(self) -> bool:

@@ -162,6 +162,8 @@ class ChatScreen(Screen):
         )
         panel = self.query_one(StatsPanel)
         panel.show(info=info, status="ready")
+        if first and info.calibration:  # gamma auto measuring its cost curve as it goes
+            panel.show(note=f"gamma auto: {info.calibration}")
         if not first:  # in the panel, in place of the previous change: no pile of toasts
             panel.show(note=f"drafter = {info.draft or 'none'}")
         elif info.draft is None and len(info.drafter_choices) > 1:
