@@ -17,6 +17,7 @@ costs.CALIBRATION_SIZES), and an interpolated size can cost 25% more than priced
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -43,6 +44,9 @@ MATCH_LEN_BUCKETS = (4, 16, 48)  # lookup proposals: one estimate per match-leng
 # Where texts agree, start from what they agree on; where they do not, from a neutral
 # prior the text soon overrides. A fresh long band used to sit out 3-4 copying rounds.
 MATCH_LEN_PRIORS = (PRIOR_ACCEPT, PRIOR_ACCEPT, 0.95, 0.95)
+# measuring the cost curve between rounds takes at most this share of a generation's
+# time so far (one batch may overshoot it): a first reply is at most ~1.25x slower
+GAP_SHARE = 0.2
 MIN_GAIN = 1.02  # drafting must beat plain decoding's predicted rate by 2%: ties go to plain
 
 
@@ -125,6 +129,7 @@ class AdaptiveGamma:
         self.chosen: list[int] = []
         # the curve being measured between rounds (costs.GapCalibration), if any
         self.gaps: GapCalibration | None = None
+        self.gap_s = 0.0  # seconds measuring it in this generation
 
     def set_curve(self, verify: CostCurve) -> None:
         """Use a new cost curve (a better measured one); the online corrections,
@@ -137,15 +142,18 @@ class AdaptiveGamma:
         self.k_scale = {}
         self._size_ratio = []
 
-    def measure_gap(self, model: LlamaModel) -> None:
+    def measure_gap(self, model: LlamaModel, elapsed_s: float) -> None:
         """Between rounds: time one more batch of the curve being measured (if any).
 
+        elapsed_s: the generation's time so far; measuring takes at most GAP_SHARE of it.
         The model's KV cache is left as it was (the batch is rolled back), so this
         changes gamma choices only, never the output.
         """
-        if self.gaps is None:
+        if self.gaps is None or self.gap_s > GAP_SHARE * elapsed_s:
             return
+        t0 = time.perf_counter()
         curve = self.gaps.measure(model)
+        self.gap_s += time.perf_counter() - t0
         if curve is not None:
             self.set_curve(curve)
         if self.gaps.done:
@@ -161,6 +169,7 @@ class AdaptiveGamma:
         self._after_miss = False
         self._key = _context_key(None, False)
         self.chosen = []
+        self.gap_s = 0.0
 
     @property
     def observed(self) -> float:

@@ -196,7 +196,7 @@ def stream_generate(
         if policy is not None and out.reason is None and len(out.tokens) < max_tokens:
             # the cost curve, if not measured yet: one batch, rolled back (the cache
             # holds out.context[:-1] again), after this round's tokens went out
-            policy.measure_gap(target)
+            policy.measure_gap(target, stats.wall_s)
     stats = replace(stats, generated=len(out.tokens), wall_s=time.perf_counter() - t_start)
     yield out.done(stats)
 
