@@ -17,7 +17,17 @@ from typing import NoReturn
 
 from .errors import EdgespecError, one_line
 
-BUILTIN_COMMANDS = ("generate", "models", "pull", "rm", "calibrate", "bench", "complete", "serve")
+BUILTIN_COMMANDS = (
+    "generate",
+    "models",
+    "pull",
+    "rm",
+    "calibrate",
+    "bench",
+    "complete",
+    "serve",
+    "worker",
+)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from .backend import DEFAULT_CTX, LlamaModel
@@ -93,13 +94,15 @@ def load_pair(
     n_threads: int | None = None,
     gpu_layers: int = 0,
     draft_gpu_layers: int = 0,
+    rpc: Sequence[str] | None = None,
 ) -> tuple[LlamaModel, Drafter | None]:
     """Load the target and a drafter from --draft: none, ``ngram`` (prompt lookup), a
     model (same vocabulary: ModelDrafter; another one: CrossVocabDrafter), or
     ``ngram+MODEL`` (n-gram first, the model when the n-gram finds nothing).
 
     A draft file or catalog name that does not exist is refused before the target
-    is fetched or loaded.
+    is fetched or loaded. ``rpc`` (``HOST:PORT`` endpoints) places the target's layers
+    on llama.cpp RPC workers (``gpu_layers`` of them, 0: all); the drafter stays local.
     """
     n_ctx = n_ctx or DEFAULT_CTX
     if n_ctx < 16:
@@ -108,7 +111,11 @@ def load_pair(
     if model_spec is not None:
         _local_path(model_spec)
     target = LlamaModel(
-        resolve_model(target_spec), n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=gpu_layers
+        resolve_model(target_spec),
+        n_ctx=n_ctx,
+        n_threads=n_threads,
+        n_gpu_layers=gpu_layers,
+        rpc=rpc,
     )
     drafter = build_drafter(
         target,

@@ -61,6 +61,7 @@ class BenchSetup:
     n_ctx: int = DEFAULT_CTX
     llama_cpp_bin: Path | None = None
     llama_draft_lengths: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
+    rpc: list[str] | None = None  # the target's layers on these RPC workers
     log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
 
 
@@ -139,7 +140,9 @@ def configs_for(setup: BenchSetup, drafters: dict[str, LoadedDrafter]) -> list[C
 def run_bench(setup: BenchSetup) -> tuple[Records, dict]:
     """Run everything; the per-rep records and facts about the run (models, threads, curves)."""
     check_setup(setup)
-    target, _ = load_pair(setup.target, None, n_ctx=setup.n_ctx, n_threads=setup.threads)
+    target, _ = load_pair(
+        setup.target, None, n_ctx=setup.n_ctx, n_threads=setup.threads, rpc=setup.rpc
+    )
     # a chat template that fails fails here, before drafters load or anything is timed
     workloads = [render_workload(target, w) for w in setup.workloads]
     drafters: dict[str, LoadedDrafter] = {}
@@ -176,6 +179,7 @@ def run_bench(setup: BenchSetup) -> tuple[Records, dict]:
         "target": str(target.path),
         "target_size_bytes": target.path.stat().st_size,
         "threads": target.n_threads,
+        "rpc": list(target.rpc),
         "n_ctx": setup.n_ctx,
         "drafters": {
             spec: {

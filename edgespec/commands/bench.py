@@ -14,7 +14,16 @@ from ..backend import DEFAULT_CTX
 from ..errors import InvalidParameterError
 from ..files import replace_file
 from ..params import check_gamma, check_max_tokens
-from .options import CTX_HELP, DEFAULT_TARGET, THREADS_HELP, cli_type, cli_value, parse_ctx
+from .options import (
+    CTX_HELP,
+    DEFAULT_TARGET,
+    RPC_HELP,
+    THREADS_HELP,
+    cli_type,
+    cli_value,
+    parse_ctx,
+    parse_rpc,
+)
 
 if TYPE_CHECKING:
     from ..bench.runner import BenchSetup
@@ -59,6 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
     p.add_argument("--ctx", type=parse_ctx, default=DEFAULT_CTX, help=CTX_HELP)
+    p.add_argument("--rpc", type=parse_rpc, default=None, metavar="HOST:PORT,...", help=RPC_HELP)
     p.add_argument("--json", type=Path, default=None, help="write the full report here")
     p.add_argument("--chart", type=Path, default=None, help="write a PNG chart here")
     p.add_argument(
@@ -151,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
         n_ctx=args.ctx,
         llama_cpp_bin=args.llama_cpp_bin,
         llama_draft_lengths=lengths,
+        rpc=args.rpc,
     )
     report = _report(setup, workloads)
     print(text_report(report))

@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "and a draft model's step cost on this machine and thread count, or show the "
         "cached ones; --gamma auto chooses each round's draft length from them.",
     )
-    add_model_options(p)
+    add_model_options(p, rpc=True)
     p.add_argument("--refresh", action="store_true", help="measure again, ignoring the cache")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(run=run)
@@ -40,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
         n_threads=args.threads,
         gpu_layers=args.gpu_layers,
         draft_gpu_layers=args.draft_gpu_layers,
+        rpc=args.rpc,
     )
     curves = {"target": load_or_measure(target, refresh=args.refresh)}
     draft_model = drafter.model if drafter is not None else None

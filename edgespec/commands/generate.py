@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "chat template, so an instruct model answers it; without, the model continues the "
         "text as it is (what a base model such as the default gemma-3-270m does).",
     )
-    add_model_options(p)
+    add_model_options(p, rpc=True)
     add_sampling_options(p)
     p.add_argument("--prompt", help=f"prompt text (default: {DEFAULT_PROMPT!r})")
     p.add_argument("--prompt-file", type=Path, help="read the prompt from a file")
@@ -81,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
         n_threads=args.threads,
         gpu_layers=args.gpu_layers,
         draft_gpu_layers=args.draft_gpu_layers,
+        rpc=args.rpc,
     )
     if args.chat:
         prompt = _chat_prompt(target, prompt)

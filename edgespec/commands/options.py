@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..backend import DEFAULT_CTX, default_threads
+from ..backend import DEFAULT_CTX, default_threads, parse_rpc_endpoints
 from ..drafting.build import AUTO
 from ..engine import DEFAULT_GAMMA, DEFAULT_MAX_TOKENS
 from ..errors import InvalidParameterError
@@ -54,14 +54,36 @@ def add_model_options(
     target: str = DEFAULT_TARGET,
     draft: str = DEFAULT_DRAFT,
     draft_help: str = DRAFT_HELP,
+    rpc: bool = False,
 ) -> None:
-    """--target/--draft and how to run them (threads, context, GPU layers)."""
+    """--target/--draft and how to run them (threads, context, GPU layers; with rpc,
+    --rpc: the target's layers on llama.cpp RPC workers, which the command must pass
+    to load_pair)."""
     p.add_argument("--target", default=target, help=f"target: .gguf path or model name ({target})")
     p.add_argument("--draft", default=draft, help=draft_help)
     p.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
     p.add_argument("--ctx", type=parse_ctx, default=None, help=CTX_HELP)
     p.add_argument("--gpu-layers", type=int, default=0, help="target layers to offload")
     p.add_argument("--draft-gpu-layers", type=int, default=0, help="draft layers to offload")
+    if rpc:
+        p.add_argument(
+            "--rpc", type=parse_rpc, default=None, metavar="HOST:PORT,...", help=RPC_HELP
+        )
+
+
+RPC_HELP = (
+    "place the target's layers on these RPC workers (edgespec worker, or llama.cpp's "
+    "rpc-server), split by their memory; --gpu-layers N keeps all but N layers local; "
+    "the draft stays local"
+)
+
+
+def parse_rpc(text: str) -> list[str]:
+    """An argparse ``type=`` for --rpc: HOST:PORT[,HOST:PORT...]."""
+    try:
+        return parse_rpc_endpoints(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def add_sampling_options(p: argparse.ArgumentParser) -> None:
