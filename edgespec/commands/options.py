@@ -73,8 +73,8 @@ def add_model_options(
 
 RPC_HELP = (
     "place the target's layers on these RPC workers (edgespec worker, or llama.cpp's "
-    "rpc-server), split by their memory; --gpu-layers N keeps all but N layers local; "
-    "the draft stays local"
+    "rpc-server), split by their memory; with --gpu-layers N only N layers go there, the "
+    "rest stay local; the draft stays local"
 )
 
 
