@@ -156,7 +156,7 @@ class AdaptiveGamma:
         self.gap_s += time.perf_counter() - t0
         if curve is not None:
             self.set_curve(curve)
-        if self.gaps.done:
+        if self.gaps.done or self.gaps.stopped:
             self.gaps = None
 
     def start_generation(self) -> None:

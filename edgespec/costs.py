@@ -332,6 +332,10 @@ class GapCalibration:
             self.curve = self._build()
         self._filler: list[int] = []
         self.measured = 0  # batches timed by this process
+        # a model whose cache cannot drop its last tokens (recurrent or hybrid memory)
+        # rebuilds the whole context to roll a batch back: then nothing more is
+        # measured between rounds (`edgespec calibrate` measures it)
+        self.stopped = False
 
     @property
     def done(self) -> bool:
@@ -345,7 +349,7 @@ class GapCalibration:
 
     def measure(self, model: LlamaModel) -> CostCurve | None:
         """Time one batch after the model's tokens, roll it back; the curve so far."""
-        if self.done:
+        if self.done or self.stopped:
             return self.curve
         k = self.next_size()
         depth = len(model.tokens)
@@ -355,12 +359,15 @@ class GapCalibration:
             self._filler = model.tokenize(_FILLER)
             while len(self._filler) < self.max_k:
                 self._filler += self._filler
+        redecodes = getattr(model, "redecodes", 0)
         try:
             t0 = time.perf_counter()
             model.decode(self._filler[:k], logits="all")
             self.samples[k].append(time.perf_counter() - t0)
         finally:
             model.truncate(depth)  # exactly the tokens the engine had
+        if getattr(model, "redecodes", 0) != redecodes:
+            self.stopped = True
         self.measured += 1
         curve = self._build()
         old = self.curve

@@ -195,3 +195,22 @@ def test_generate_says_what_it_does_on_stderr(synthetic_models, tmp_path: Path) 
     assert r.returncode == 0, r.stderr
     assert "no cost curve for this model and machine yet: plain decoding first" in r.stderr
     assert "timings so far, cached" in r.stderr
+
+
+def test_no_measuring_between_rounds_where_a_rollback_rebuilds_the_context(
+    synthetic_models, empty_cache
+) -> None:
+    with LlamaModel(synthetic_models["target"], n_ctx=512, n_threads=1) as target:
+        plain = generate(target, PROMPT, max_tokens=20, gamma=0).tokens
+        real_truncate = target.truncate
+
+        def rebuilding_truncate(n: int) -> None:  # as recurrent or hybrid memory does
+            if n < len(target.tokens):
+                target.redecodes += 1
+            real_truncate(n)
+
+        target.truncate = rebuilding_truncate  # type: ignore[method-assign]
+        out = generate(target, PROMPT, drafter=NgramDrafter(), max_tokens=20, gamma="auto")
+        assert out.tokens == plain
+        _, gaps = costs.policy_curve(target)
+        assert gaps is not None and gaps.stopped and gaps.measured == 1
