@@ -87,8 +87,7 @@ def run(args: argparse.Namespace) -> int:
         prompt = _chat_prompt(target, prompt)
     gamma = args.gamma if drafter else 0
     auto = drafter is not None and gamma == "auto"
-    if auto and (note := calibration_note(target)) is not None:
-        print(f"edgespec: gamma auto: {note}", file=sys.stderr, flush=True)
+    note = calibration_note(target) if auto else None  # said once the prompt is accepted
     done, shown = None, ""
     for ev in stream_generate(
         target,
@@ -100,6 +99,9 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         stop=args.stop,
     ):
+        if note is not None:
+            print(f"edgespec: gamma auto: {note}", file=sys.stderr, flush=True)
+            note = None
         if isinstance(ev, TokenEvent) and ev.kind is not TokenKind.REJECTED:
             shown += ev.text
             if not args.json:
