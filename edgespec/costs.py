@@ -405,6 +405,12 @@ class GapCalibration:
 
     def _store(self) -> None:
         curve = self.curve
+        theirs = _cached_curve(_read_cache(self.path).get(self.key), self.key, self.max_k)
+        if theirs is not None and not theirs.provisional and (curve is None or curve.provisional):
+            self.curve = theirs  # another process (or calibrate) finished it meanwhile
+            _process_curves[self.key] = theirs
+            _process_origins[self.key] = ORIGIN_CACHE
+            return
         if curve is None:
             return
         if curve.noisy:  # measured again from scratch in later replies, meanwhile used

@@ -214,3 +214,15 @@ def test_no_measuring_between_rounds_where_a_rollback_rebuilds_the_context(
         assert out.tokens == plain
         _, gaps = costs.policy_curve(target)
         assert gaps is not None and gaps.stopped and gaps.measured == 1
+
+
+def test_a_curve_another_process_finished_is_not_overwritten(synthetic_models, empty_cache) -> None:
+    with LlamaModel(synthetic_models["target"], n_ctx=512, n_threads=1) as target:
+        _, gaps = costs.policy_curve(target)
+        assert gaps is not None
+        seconds = [0.01 * k for k in range(1, gaps.max_k + 1)]
+        final = costs.CostCurve(model="m", key=gaps.key, seconds=tuple(seconds))
+        assert costs._store_curve(empty_cache, final)  # calibrate, in another process
+        gaps.measure(target)
+        assert gaps.done and gaps.curve.seconds == final.seconds
+        assert json.loads(empty_cache.read_text())[gaps.key]["seconds"] == seconds
