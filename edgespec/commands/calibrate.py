@@ -6,8 +6,8 @@ import argparse
 import json
 
 from ..costs import (
-    ORIGIN_CACHE,
-    ORIGIN_STORED,
+    ORIGIN_PENDING,
+    ORIGIN_UNWRITABLE,
     calibration_file,
     curve_origin,
     load_or_measure,
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
                 "ratios": c.ratios(),
                 "timed": list(c.timed_sizes()),
                 "noisy": c.noisy,
-                "cached": curve_origin(c) in (ORIGIN_CACHE, ORIGIN_STORED),
+                "cached": curve_origin(c) not in (ORIGIN_PENDING, ORIGIN_UNWRITABLE),
                 "origin": curve_origin(c),
             }
             for name, c in curves.items()
