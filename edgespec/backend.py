@@ -641,6 +641,21 @@ def worker_devices() -> list[int]:
     return gpus or [lib.ggml_backend_dev_by_type(_GGML_DEV_CPU)]
 
 
+def _check_can_listen(host: str, port: int) -> None:
+    """BackendError (one line) unless host:port can be bound, as ggml-rpc binds it
+    (SO_REUSEADDR); asked first, since ggml-rpc only prints a line and returns."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise BackendError(
+                f"the RPC worker cannot listen on {host}:{port}: {exc.strerror or exc}"
+            ) from None
+
+
 def run_rpc_worker(
     host: str,
     port: int,
@@ -674,6 +689,7 @@ def run_rpc_worker(
     threads = n_threads if n_threads and n_threads > 0 else default_threads()
     cache = str(cache_dir).encode() if cache_dir is not None else None
     endpoint = f"{host}:{port}"
+    _check_can_listen(host, port)
     if on_ready is not None:
         on_ready([device_info(d) for d in devs])
     # ggml_backend_rpc_start_server never returns while it serves: run it on a thread
