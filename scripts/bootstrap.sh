@@ -1,20 +1,36 @@
 # Sourced by scripts/edgespec and scripts/test: make .venv and install edgespec into it.
-# Reinstalls only when pyproject.toml changed since the last install.
+# Reinstalls only when pyproject.toml changed since the last install; rebuilds
+# llama-cpp-python only when its version or its build flags (CMAKE_ARGS) changed.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
 PY="${PYTHON:-python3}"
 STAMP="$VENV/.edgespec-installed"
+LLAMA_STAMP="$VENV/.edgespec-llama-cpp"
 want="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
+# llama.cpp with its RPC backend (edgespec worker, --rpc), on top of the user's own
+# flags (a GPU build, say), unless they set GGML_RPC themselves
+CMAKE_ARGS="${CMAKE_ARGS:-}"
+case "$CMAKE_ARGS" in *GGML_RPC*) ;; *) CMAKE_ARGS="${CMAKE_ARGS:+$CMAKE_ARGS }-DGGML_RPC=on" ;; esac
+export CMAKE_ARGS
+llama_req="$(grep -o 'llama-cpp-python==[^"]*' "$ROOT/pyproject.toml")"
+llama_want="$llama_req CMAKE_ARGS=$CMAKE_ARGS"
 if [ ! -x "$VENV/bin/python" ]; then
   echo "edgespec: creating $VENV" >&2
   "$PY" -m venv "$VENV"
 fi
-if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$want" ]; then
-  echo "edgespec: installing edgespec and its dependencies (llama-cpp-python compiles llama.cpp: ~5 minutes the first time)" >&2
+if [ "$(cat "$LLAMA_STAMP" 2>/dev/null || true)" != "$llama_want" ]; then
+  echo "edgespec: building $llama_req ($CMAKE_ARGS; it compiles llama.cpp: 5-20 minutes)" >&2
   "$VENV/bin/python" -m pip install --quiet --upgrade pip >&2
-  # a GPU build (CMAKE_ARGS) must not be served from pip's cache of an earlier CPU build
-  nocache=(); [ -n "${CMAKE_ARGS:-}" ] && nocache=(--no-cache-dir)
-  "$VENV/bin/python" -m pip install --quiet ${nocache[@]+"${nocache[@]}"} -e "$ROOT[dev]" >&2
+  # built from source with these flags: never a wheel from pip's cache of another build
+  "$VENV/bin/python" -m pip install --quiet --no-cache-dir --no-binary llama-cpp-python \
+    --force-reinstall --no-deps "$llama_req" >&2
+  rm -f "$STAMP"  # its dependencies come with edgespec's, below
+  echo "$llama_want" > "$LLAMA_STAMP"
+fi
+if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$want" ]; then
+  echo "edgespec: installing edgespec and its dependencies" >&2
+  "$VENV/bin/python" -m pip install --quiet --upgrade pip >&2
+  "$VENV/bin/python" -m pip install --quiet -e "$ROOT[dev]" >&2
   echo "$want" > "$STAMP"
 fi
