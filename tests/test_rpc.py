@@ -1,0 +1,304 @@
+"""The target on llama.cpp RPC workers (issue 20): `edgespec worker`, --rpc, the
+loopback latency proxy.
+
+Workers are `edgespec worker` subprocesses on free loopback ports. These tests need
+llama-cpp-python built with -DGGML_RPC=on (scripts/bootstrap.sh builds it so): on a
+build without RPC they fail, they do not skip.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from edgespec.backend import (
+    RPC_UNAVAILABLE,
+    LlamaModel,
+    parse_rpc_endpoints,
+    probe_rpc_worker,
+    rpc_supported,
+)
+from edgespec.bench.latency_proxy import LatencyProxy
+from edgespec.commands.worker import bind_address
+from edgespec.drafting import ModelDrafter
+from edgespec.drafting.ngram import NgramDrafter
+from edgespec.engine import generate
+from edgespec.errors import BackendError, InvalidParameterError
+from edgespec.sampling import SamplingParams
+
+PROMPTS = ["Hello world", "the cat sat on the mat and the cat sat on the", "1 2 3 4 5"]
+MAX_TOKENS = 32
+START_TIMEOUT = 60.0  # seconds for a worker to answer (a busy CI machine)
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def require_rpc() -> None:
+    if not rpc_supported():
+        pytest.fail(RPC_UNAVAILABLE)
+
+
+class Worker:
+    """An `edgespec worker` subprocess on a free loopback port."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.port = free_port()
+        self.endpoint = f"127.0.0.1:{self.port}"
+        self.log = log_dir / f"worker-{self.port}.log"
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "edgespec.cli", "worker", "--port", str(self.port)]
+                + ["--threads", "1"],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                env=ENV,
+            )
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            try:
+                probe_rpc_worker(self.endpoint, timeout=2.0)
+                return
+            except BackendError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise AssertionError(f"worker did not start: {self.log.read_text()}") from None
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory):
+    """Two workers, each behind a latency proxy (0 ms unless a test sets ``delay``).
+
+    llama.cpp keeps one connection per worker for the whole process and a worker
+    serves one client at a time, so this process reaches them through the proxies
+    only."""
+    require_rpc()
+    log_dir = tmp_path_factory.mktemp("rpc-workers")
+    ws = [Worker(log_dir), Worker(log_dir)]
+    proxies = [LatencyProxy(w.endpoint, 0).start() for w in ws]
+    yield ws, proxies
+    for p in proxies:
+        p.close()
+    for w in ws:
+        w.stop()
+
+
+@pytest.fixture(scope="module")
+def models(synthetic_models, workers):
+    _, proxies = workers
+    rpc = [p.address for p in proxies]
+    loaded = {
+        "remote": LlamaModel(synthetic_models["target"], n_ctx=512, n_threads=1, rpc=rpc),
+        "local": LlamaModel(synthetic_models["target"], n_ctx=512, n_threads=1),
+        "draft": LlamaModel(synthetic_models["draft_noisy"], n_ctx=512, n_threads=1),
+    }
+    yield loaded, proxies
+    for m in loaded.values():  # before the workers go: freeing talks to them
+        m.close()
+
+
+def test_the_layers_go_to_both_workers(models) -> None:
+    (m, proxies) = models
+    assert m["remote"].rpc == tuple(p.address for p in proxies)
+    for p in proxies:  # the weights went up, and each worker answered
+        assert p.stats["up"][1] > 10_000 and p.stats["down"][0] > 0, p.stats
+
+
+def test_greedy_through_workers_equals_local_plain_and_speculative(models) -> None:
+    m, _ = models
+    for prompt in PROMPTS:
+        local = generate(m["local"], prompt, max_tokens=MAX_TOKENS, gamma=0).tokens
+        remote = generate(m["remote"], prompt, max_tokens=MAX_TOKENS, gamma=0).tokens
+        assert remote == local, prompt
+        for drafter, gamma in ((ModelDrafter(m["draft"]), 4), (NgramDrafter(), 8)):
+            spec = generate(
+                m["remote"], prompt, drafter=drafter, max_tokens=MAX_TOKENS, gamma=gamma
+            )
+            assert spec.tokens == local, (prompt, drafter.name)
+            local_spec = generate(
+                m["local"], prompt, drafter=drafter, max_tokens=MAX_TOKENS, gamma=gamma
+            )
+            assert local_spec.tokens == local, (prompt, drafter.name)
+
+
+def test_sampling_through_workers_is_local_sampling(models) -> None:
+    """The workers' logits are the local ones bit for bit, so a seeded sampled run is
+    the same token for token (a stronger check than a distribution test)."""
+    m, _ = models
+    sampling = SamplingParams(temperature=0.8, top_k=0, top_p=1.0, min_p=0.0)
+    for seed in (1, 2):
+        kw = dict(max_tokens=MAX_TOKENS, sampling=sampling, seed=seed)
+        local = generate(m["local"], PROMPTS[0], gamma=0, **kw).tokens
+        assert generate(m["remote"], PROMPTS[0], gamma=0, **kw).tokens == local
+        spec = dict(drafter=ModelDrafter(m["draft"]), gamma=4, **kw)
+        assert generate(m["remote"], PROMPTS[0], **spec).tokens == (
+            generate(m["local"], PROMPTS[0], **spec).tokens
+        )
+
+
+def test_latency_shows_per_pass_not_per_token(models) -> None:
+    """With 5 ms each way, a pass over 8 tokens costs about what a pass over 1 does."""
+    m, proxies = models
+    remote = m["remote"]
+    for p in proxies:
+        p.delay = 0.005
+    try:
+        times = {}
+        for n in (1, 8):
+            best = float("inf")
+            for _ in range(3):
+                remote.reset()
+                remote.decode([1] * 16, logits="none")
+                t = time.perf_counter()
+                remote.decode(list(range(10, 10 + n)), logits="all")
+                best = min(best, time.perf_counter() - t)
+            times[n] = best
+    finally:
+        for p in proxies:
+            p.delay = 0.0
+    assert times[1] > 0.01  # at least one round trip through the proxy
+    assert times[8] < 2.5 * times[1], times
+
+
+def test_an_unreachable_worker_is_one_line(synthetic_models) -> None:
+    require_rpc()
+    port = free_port()
+    with pytest.raises(BackendError, match=rf"^cannot reach RPC worker 127\.0\.0\.1:{port}: "):
+        LlamaModel(synthetic_models["target"], n_ctx=256, rpc=[f"127.0.0.1:{port}"])
+    r = subprocess.run(
+        [sys.executable, "-m", "edgespec.cli", "generate", "--plain", "--max-tokens", "4"]
+        + ["--target", str(synthetic_models["target"]), "--rpc", f"127.0.0.1:{port}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=ENV,
+    )
+    assert r.returncode == 1
+    assert r.stderr.startswith(f"edgespec: error: cannot reach RPC worker 127.0.0.1:{port}")
+    assert r.stderr.count("\n") == 1, r.stderr
+
+
+def test_a_worker_killed_mid_generation_ends_it_with_one_line(synthetic_models, tmp_path) -> None:
+    require_rpc()
+    ws = [Worker(tmp_path), Worker(tmp_path)]
+    # 20 ms each way: a generation of 2000 tokens lasts long enough to kill a worker in it
+    proxies = [LatencyProxy(w.endpoint, 20).start() for w in ws]
+    try:
+        gen = subprocess.Popen(
+            [sys.executable, "-m", "edgespec.cli", "generate", "--plain", "--threads", "1"]
+            + ["--target", str(synthetic_models["target"]), "--max-tokens", "2000"]
+            + ["--ctx", "4096", "--prompt", "Once upon a time", "--rpc"]
+            + [",".join(p.address for p in proxies)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=ENV,
+        )
+        try:
+            assert gen.stdout is not None
+            first = gen.stdout.read(1)  # the first token is out: it is generating
+            assert first, gen.stderr.read() if gen.stderr else ""
+            ws[1].proc.send_signal(signal.SIGKILL)
+            _, err = gen.communicate(timeout=60)
+        finally:
+            if gen.poll() is None:
+                gen.kill()
+                gen.wait()
+    finally:
+        for p in proxies:
+            p.close()
+        for w in ws:
+            w.stop()
+    lines = err.decode().splitlines()
+    assert gen.returncode == 1, err
+    assert lines and lines[-1].startswith("edgespec: error: lost an RPC worker"), err
+    assert proxies[1].address in lines[-1]
+    assert "backtrace" not in err.decode().lower()
+
+
+def test_a_worker_on_a_port_in_use_is_one_line(workers) -> None:
+    ws, _ = workers
+    r = subprocess.run(
+        [sys.executable, "-m", "edgespec.cli", "worker", "--port", str(ws[0].port)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=ENV,
+    )
+    assert r.returncode == 1, r.stderr
+    assert r.stderr == (
+        f"edgespec: error: the RPC worker cannot listen on {ws[0].endpoint}: "
+        "Address already in use\n"
+    )
+
+
+def test_rpc_endpoints_are_host_port_lists() -> None:
+    assert parse_rpc_endpoints("127.0.0.1:50052,10.0.0.2:7") == ["127.0.0.1:50052", "10.0.0.2:7"]
+    for bad in ("127.0.0.1", ":5", "host:port", "h:0", "h:70000", "a:1,a:1", ""):
+        with pytest.raises(ValueError):
+            parse_rpc_endpoints(bad)
+
+
+def test_the_worker_binds_loopback_unless_told_it_is_unsafe() -> None:
+    assert bind_address("127.0.0.1", unsafe_expose=False) == "127.0.0.1"
+    assert bind_address("localhost", unsafe_expose=False) == "127.0.0.1"
+    for host in ("0.0.0.0", "192.168.1.5"):
+        with pytest.raises(InvalidParameterError, match="no authentication"):
+            bind_address(host, unsafe_expose=False)
+        assert bind_address(host, unsafe_expose=True) == host
+    with pytest.raises(InvalidParameterError, match="IPv4"):
+        bind_address("::1", unsafe_expose=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "edgespec.cli", "worker", "--host", "0.0.0.0", "--port", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=ENV,
+    )
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert "refusing to bind 0.0.0.0" in r.stderr
+
+
+def test_the_proxy_delays_each_way_and_only_uses_loopback() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as echo_server:
+        port = echo_server.getsockname()[1]
+
+        def echo() -> None:
+            conn, _ = echo_server.accept()
+            with conn:
+                while data := conn.recv(1024):
+                    conn.sendall(data)
+
+        import threading
+
+        threading.Thread(target=echo, daemon=True).start()
+        with LatencyProxy(f"127.0.0.1:{port}", 25) as proxy:
+            host, _, pport = proxy.address.rpartition(":")
+            with socket.create_connection((host, int(pport)), timeout=5) as c:
+                t = time.perf_counter()
+                c.sendall(b"ping")
+                got = b""
+                while len(got) < 4:
+                    got += c.recv(4)
+                rtt = time.perf_counter() - t
+            assert got == b"ping" and 0.05 <= rtt < 1.0, rtt
+            assert proxy.stats["up"] == [1, 4]
+    for up, listen in (("10.1.2.3:80", "127.0.0.1"), ("127.0.0.1:80", "0.0.0.0")):
+        with pytest.raises(ValueError, match="only uses loopback"):
+            LatencyProxy(up, 1, listen_host=listen)
