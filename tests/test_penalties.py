@@ -43,12 +43,8 @@ CASES = [
 
 
 @pytest.fixture(scope="module")
-def models(synthetic_models):
-    with (
-        LlamaModel(synthetic_models["target"], n_ctx=256, n_threads=1) as target,
-        LlamaModel(synthetic_models["draft_noisy"], n_ctx=256, n_threads=1) as draft,
-    ):
-        yield target, draft
+def models(synthetic_pair):
+    return synthetic_pair
 
 
 def test_defaults_and_checks() -> None:
