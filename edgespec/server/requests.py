@@ -141,16 +141,7 @@ def parse_completions(data: dict[str, Any], default_max_lines: int | None) -> Co
     prompt = data.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
         prompt = prompt[0]  # a batch of one
-    if isinstance(prompt, list):
-        if not prompt or not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            raise bad_request(
-                "'prompt' must be a string or a list of token ids (one prompt per request)",
-                param="prompt",
-            )
-    elif prompt is None:
-        raise bad_request("'prompt' is required", param="prompt", code="missing_required")
-    else:
-        prompt = f.text(prompt, "prompt")
+    prompt = _prompt(f, prompt)
     suffix = f.string("suffix", None)
     return CompletionsCall(
         _options(f, max_tokens, "completions"), prompt, suffix, _max_lines(f, default_max_lines)
@@ -241,20 +232,25 @@ def _n_predict(f: Fields) -> int:
     return UNLIMITED if n == -1 else n or 0
 
 
-def parse_native(data: dict[str, Any]) -> NativeCall:
-    """Check a /completion body: a text or token-id ``prompt`` and llama-server's fields."""
-    f = Fields(data)
-    prompt = data.get("prompt")
+def _prompt(f: Fields, prompt: Any) -> str | list[int]:
+    """A request's ``prompt``: a string, or a non-empty list of token ids."""
     if isinstance(prompt, list):
         if not prompt or not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             raise bad_request(
                 "'prompt' must be a string or a list of token ids (one prompt per request)",
                 param="prompt",
             )
-    elif prompt is None:
+        return prompt
+    if prompt is None:
         raise bad_request("'prompt' is required", param="prompt", code="missing_required")
-    else:
-        prompt = f.text(prompt, "prompt")
+    return f.text(prompt, "prompt")
+
+
+def parse_native(data: dict[str, Any]) -> NativeCall:
+    """Check a /completion body: a text or token-id ``prompt`` and llama-server's fields."""
+    f = Fields(data)
+    prompt = data.get("prompt")
+    prompt = _prompt(f, prompt)
     return NativeCall(_options(f, _n_predict(f), "llama"), prompt, _response_fields(f))
 
 
