@@ -5,7 +5,7 @@ Both decode N tokens one at a time from an empty context, with the same model,
 thread count and kernel configuration, alternating, with repetitions; the ratio
 is the cost of edgespec's Python loop (sampling, detokenizing, bookkeeping).
 Kernel modes: "exact" is edgespec's default (no weight repacking, no tiled
-K-quant matmul, BF16 KV cache; see edgespec/backend.py), "fast" is llama.cpp's
+K-quant matmul, BF16 KV cache; see edgespec/backend/kernels.py), "fast" is llama.cpp's
 default (EDGESPEC_FAST_KERNELS=1 on our side).
 
     .venv/bin/python scripts/bench_plain_vs_llamacpp.py \

@@ -125,4 +125,14 @@ def test_only_the_backend_touches_llama_cpp() -> None:
         for module in _imported(path.stem, path):
             if module == "llama_cpp" or module.startswith("llama_cpp."):
                 touching.add(path.relative_to(ROOT).as_posix())
-    assert touching == {"edgespec/backend.py"}
+    backend = {p.relative_to(ROOT).as_posix() for p in (ROOT / "edgespec/backend").glob("*.py")}
+    assert touching and touching <= backend, sorted(touching - backend)
+
+
+def test_the_kernel_mode_is_set_before_llama_cpp_loads() -> None:
+    # edgespec.backend's first import sets the environment llama.cpp reads at load
+    first = ast.parse((ROOT / "edgespec/backend/__init__.py").read_text()).body
+    imports = [n for n in first if isinstance(n, ast.Import | ast.ImportFrom)]
+    assert isinstance(imports[1], ast.ImportFrom) and imports[1].module == "kernels"
+    kernels = ROOT / "edgespec/backend/kernels.py"
+    assert not {m for m in _imported("edgespec.backend.kernels", kernels) if "llama" in m}

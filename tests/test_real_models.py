@@ -96,7 +96,7 @@ def test_gemma_self_draft_greedy_equals_plain_past_512_kv_cells(real_model_paths
 
     A prompt of 500+ tokens puts the KV cache past 512 cells, where llama.cpp's
     default kernels for one token and for a batch round differently (see
-    edgespec/backend.py); with close top logits (a word-salad prompt) that flips
+    edgespec/backend/kernels.py); with close top logits (a word-salad prompt) that flips
     greedy choices. Verification batches of 4 and 9 rows must still give exactly
     the plain output.
     """

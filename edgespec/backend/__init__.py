@@ -1,0 +1,56 @@
+"""The only package that touches llama_cpp: models, contexts, RPC workers, grammars.
+
+``kernels`` sets the kernel mode before llama.cpp loads, so it is imported first.
+"""
+
+from __future__ import annotations
+
+from .kernels import FAST_KERNELS, default_threads  # isort: skip  (before llama_cpp)
+
+import llama_cpp as ll  # noqa: E402
+
+from .gbnf import GrammarMatcher, check_gbnf, compile_grammar, json_schema_to_gbnf  # noqa: E402
+from .model import (  # noqa: E402
+    DEFAULT_BATCH,
+    DEFAULT_CTX,
+    FimTokens,
+    LlamaModel,
+    VocabInfo,
+)
+from .rpc import (  # noqa: E402
+    RPC_DEFAULT_PORT,
+    RPC_UNAVAILABLE,
+    DeviceInfo,
+    device_info,
+    parse_rpc_endpoints,
+    probe_rpc_worker,
+    rpc_devices,
+    rpc_supported,
+    run_rpc_worker,
+    worker_devices,
+)
+
+__all__ = [
+    "DEFAULT_BATCH",
+    "DEFAULT_CTX",
+    "FAST_KERNELS",
+    "RPC_DEFAULT_PORT",
+    "RPC_UNAVAILABLE",
+    "DeviceInfo",
+    "FimTokens",
+    "GrammarMatcher",
+    "LlamaModel",
+    "VocabInfo",
+    "check_gbnf",
+    "compile_grammar",
+    "default_threads",
+    "device_info",
+    "json_schema_to_gbnf",
+    "ll",
+    "parse_rpc_endpoints",
+    "probe_rpc_worker",
+    "rpc_devices",
+    "rpc_supported",
+    "run_rpc_worker",
+    "worker_devices",
+]

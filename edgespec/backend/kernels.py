@@ -1,0 +1,28 @@
+"""Kernel mode, set before llama.cpp loads (no llama_cpp import here).
+
+Batch-invariant kernels. Speculative verification scores k tokens in one batch,
+plain decoding one at a time; greedy output is identical only if both give the
+same logits bit for bit. llama.cpp's CPU backend switches kernels with the batch
+size: repacked weights (n >= 4), a tiled K-quant matmul (n >= 8), and, for one
+token over an F16 KV cache of 512+ cells, flash attention split across threads.
+Each rounds differently (logits off by up to ~1.5 on Gemma 3 270M). We turn off
+the first two and keep the KV cache in BF16, which the split path does not take;
+BF16 is the models' training precision, with F16's footprint. The cost is within
+the noise here (scripts/kernel_check.py). EDGESPEC_FAST_KERNELS=1 restores
+llama.cpp's defaults, for speed over bit-exactness.
+"""
+
+from __future__ import annotations
+
+import os
+
+FAST_KERNELS = os.environ.get("EDGESPEC_FAST_KERNELS", "") == "1"
+if not FAST_KERNELS:
+    os.environ.setdefault("GGML_CPU_TILED_MM", "0")
+
+
+def default_threads() -> int:
+    """Physical-ish core count: llama.cpp decodes fastest with one thread per core."""
+    return max(
+        1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    )

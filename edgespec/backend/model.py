@@ -1,0 +1,359 @@
+"""One GGUF model and its llama.cpp context.
+
+``LlamaModel`` keeps the tokens its KV cache holds (sequence 0, positions 0..n-1)
+and offers exactly what the speculative loop needs: decode a run of tokens asking
+logits only for chosen rows, roll the cache back to a prefix, and reuse the
+longest common prefix between calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp as ll
+import numpy as np
+
+from ..errors import BackendError, ContextFullError, ModelLoadError
+from ..files import check_regular_file
+from .gbnf import GrammarMatcher, compile_grammar
+from .kernels import FAST_KERNELS, default_threads
+from .log import _failure_reason, _log_tail
+from .rpc import rpc_devices
+
+DEFAULT_CTX = 4096
+DEFAULT_BATCH = 512
+GGUF_MAGIC = b"GGUF"
+GGML_TYPE_BF16 = 30
+
+
+@dataclass(frozen=True)
+class VocabInfo:
+    """What the draft/target compatibility rule compares."""
+
+    vocab_type: int
+    n_vocab: int
+    add_bos: bool
+    bos: int
+    add_eos: bool
+    eos: int
+
+
+@dataclass(frozen=True)
+class FimTokens:
+    """Fill-in-the-middle token ids from the GGUF vocabulary; None where the model has none."""
+
+    pre: int | None = None
+    suf: int | None = None
+    mid: int | None = None
+    pad: int | None = None
+    rep: int | None = None
+    sep: int | None = None
+
+    @property
+    def usable(self) -> bool:
+        """True when prefix, suffix and middle tokens all exist (FIM prompts possible)."""
+        return None not in (self.pre, self.suf, self.mid)
+
+
+def _check_gguf_file(path: Path) -> None:
+    check_regular_file(path)  # by stat, before opening: a named pipe would block the open
+    try:
+        with path.open("rb") as f:
+            magic = f.read(4)
+    except OSError as exc:
+        raise ModelLoadError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if magic != GGUF_MAGIC:
+        raise ModelLoadError(f"not a GGUF file (bad magic {magic!r}): {path}")
+
+
+class LlamaModel:
+    """A GGUF model with one llama.cpp context and a tracked KV cache.
+
+    Args:
+        path: the .gguf file.
+        n_ctx: context length in tokens (capped at the model's training length).
+        n_threads: CPU threads for decoding (None or <= 0: the cores available).
+        n_gpu_layers: layers to offload to Metal/CUDA/Vulkan (0 on a CPU build); with
+            ``rpc``, the layers placed on the workers (0: all of them).
+        rpc: llama.cpp RPC workers (``HOST:PORT``) to spread the layers over, split
+            by their memory as llama.cpp's --rpc does; BackendError if one cannot be
+            reached.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        n_ctx: int = DEFAULT_CTX,
+        n_threads: int | None = None,
+        n_gpu_layers: int = 0,
+        n_batch: int = DEFAULT_BATCH,
+        rpc: Sequence[str] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        _check_gguf_file(self.path)
+        self.rpc = tuple(rpc or ())
+        mparams = ll.llama_model_default_params()
+        mparams.n_gpu_layers = n_gpu_layers
+        if self.rpc:
+            devices = rpc_devices(self.rpc)
+            self._devices = (ctypes.c_void_p * (len(devices) + 1))(*devices, None)
+            mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
+            mparams.n_gpu_layers = n_gpu_layers if n_gpu_layers > 0 else -1  # -1: all
+        mparams.use_extra_bufts = FAST_KERNELS  # weight repacking: see FAST_KERNELS
+        _log_tail.clear()
+        model = ll.llama_model_load_from_file(str(self.path).encode(), mparams)
+        if not model:
+            reason = _failure_reason("llama.cpp could not load it")
+            raise ModelLoadError(f"cannot load {self.path.name}: {reason}")
+        self._model = model
+        self._ctx = None
+        self._batch = None
+        self._vocab = ll.llama_model_get_vocab(model)
+        self.n_vocab = ll.llama_vocab_n_tokens(self._vocab)
+        self.n_gpu_layers = n_gpu_layers
+        # as llama.cpp's own -t: 0 or less means every core (llama_context takes it as is)
+        self.n_threads = n_threads if n_threads and n_threads > 0 else default_threads()
+
+        n_ctx_train = ll.llama_model_n_ctx_train(model)
+        cparams = ll.llama_context_default_params()
+        cparams.n_ctx = min(n_ctx, n_ctx_train) if n_ctx_train > 0 else n_ctx
+        cparams.n_batch = n_batch
+        cparams.n_ubatch = n_batch
+        cparams.n_seq_max = 1
+        cparams.n_threads = self.n_threads
+        cparams.n_threads_batch = self.n_threads
+        # A sliding-window cache evicts old cells, so a rollback could need tokens it
+        # already dropped. A full-size SWA cache keeps every cell and rolls back exactly.
+        cparams.swa_full = ll.llama_model_n_swa(model) > 0
+        cparams.no_perf = True
+        if not FAST_KERNELS and (n_gpu_layers == 0 or self.rpc):  # (CPU workers)
+            cparams.type_k = cparams.type_v = GGML_TYPE_BF16  # see FAST_KERNELS
+        ctx = ll.llama_init_from_model(model, cparams)
+        if not ctx:
+            reason = _failure_reason("out of memory?")
+            self.close()
+            raise ModelLoadError(f"cannot create a context for {self.path.name}: {reason}")
+        self._ctx = ctx
+        self._mem = ll.llama_get_memory(ctx)
+        self.n_ctx = ll.llama_n_ctx(ctx)
+        # llama.cpp caps the batch at the context size: chunk by what it enforces
+        self.n_batch = min(n_batch, ll.llama_n_batch(ctx))
+        self._batch = ll.llama_batch_init(n_batch, 0, 1)
+        self.tokens: list[int] = []
+        self.redecodes = 0  # times a rollback had to rebuild the cache by re-decoding
+
+    # --- vocabulary -------------------------------------------------------
+
+    def vocab_info(self) -> VocabInfo:
+        """Vocabulary facts used by the compatibility check."""
+        v = self._vocab
+        return VocabInfo(
+            vocab_type=ll.llama_vocab_type(v),
+            n_vocab=self.n_vocab,
+            add_bos=bool(ll.llama_vocab_get_add_bos(v)),
+            bos=ll.llama_vocab_bos(v),
+            add_eos=bool(ll.llama_vocab_get_add_eos(v)),
+            eos=ll.llama_vocab_eos(v),
+        )
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary's stored text of a token (as in the GGUF, e.g. '▁the')."""
+        raw = ll.llama_vocab_get_text(self._vocab, token)
+        return raw.decode("utf-8", "replace") if raw else ""
+
+    def is_eog(self, token: int) -> bool:
+        """True for end-of-generation tokens (EOS, EOT, <end_of_turn>, ...)."""
+        return bool(ll.llama_vocab_is_eog(self._vocab, token))
+
+    def tokenize(
+        self, text: str, *, add_special: bool = True, parse_special: bool = False
+    ) -> list[int]:
+        """Text to token ids; add_special adds BOS where the model wants it."""
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        buf = (ll.llama_token * cap)()
+        n = ll.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (ll.llama_token * cap)()
+            n = ll.llama_tokenize(
+                self._vocab, data, len(data), buf, cap, add_special, parse_special
+            )
+        return list(buf[:n])
+
+    def token_bytes(self, token: int, *, special: bool = False) -> bytes:
+        """The bytes a token contributes to the text (may be part of a UTF-8 character)."""
+        buf = ctypes.create_string_buffer(64)
+        n = ll.llama_token_to_piece(self._vocab, token, buf, 64, 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = ll.llama_token_to_piece(self._vocab, token, buf, -n, 0, special)
+        return buf.raw[:n]
+
+    def chat_template(self) -> str | None:
+        """The model's default chat template from its GGUF metadata, if any."""
+        raw = ll.llama_model_chat_template(self._model, None)
+        return raw.decode("utf-8") if raw else None
+
+    def fim_tokens(self) -> FimTokens:
+        """The vocabulary's fill-in-the-middle tokens (each None when absent)."""
+        v = self._vocab
+
+        def tok(fn) -> int | None:  # llama.cpp returns LLAMA_TOKEN_NULL (-1) when absent
+            t = fn(v)
+            return t if t >= 0 else None
+
+        return FimTokens(
+            pre=tok(ll.llama_vocab_fim_pre),
+            suf=tok(ll.llama_vocab_fim_suf),
+            mid=tok(ll.llama_vocab_fim_mid),
+            pad=tok(ll.llama_vocab_fim_pad),
+            rep=tok(ll.llama_vocab_fim_rep),
+            sep=tok(ll.llama_vocab_fim_sep),
+        )
+
+    def grammar(self, text: str, root: str = "root") -> GrammarMatcher:
+        """A grammar's start state over this model's vocabulary (ValueError if refused)."""
+        smpl = ll.llama_sampler_init_grammar(self._vocab, text.encode(), root.encode())
+        if not smpl:  # (checked grammars parse: only then is stderr captured for the reason)
+            smpl = compile_grammar(text, root, self._vocab)
+        return GrammarMatcher(smpl, self.n_vocab)
+
+    # --- context ----------------------------------------------------------
+
+    def decode(self, tokens: Sequence[int], *, logits: str | Sequence[int] = "last") -> np.ndarray:
+        """Append tokens to the cache and return logits for some of them.
+
+        Args:
+            tokens: ids to process at positions len(self.tokens)...
+            logits: "last", "all", "none", or indices into ``tokens``.
+
+        Returns:
+            A (rows, n_vocab) float32 view into llama.cpp's buffer, valid until the
+            next decode on this model; copy it to keep it.
+        """
+        n = len(tokens)
+        if n == 0:
+            raise BackendError("decode called with no tokens")
+        if len(self.tokens) + n > self.n_ctx:
+            raise ContextFullError(
+                f"context full: {len(self.tokens)} + {n} tokens exceed the context of {self.n_ctx}"
+            )
+        if isinstance(logits, str):
+            rows = {"last": [n - 1], "all": list(range(n)), "none": []}[logits]
+        else:
+            rows = list(logits)
+        last_start = (n - 1) // self.n_batch * self.n_batch
+        if any(not (last_start <= r < n) for r in rows):
+            # Logits of an earlier chunk would be overwritten by the next decode.
+            raise BackendError(f"logits requested outside the last batch of {self.n_batch} tokens")
+        wanted = set(rows)
+        for start in range(0, n, self.n_batch):
+            chunk = tokens[start : start + self.n_batch]
+            self._fill_batch(chunk, [start + i in wanted for i in range(len(chunk))])
+            rc = ll.llama_decode(self._ctx, self._batch)
+            if rc != 0:
+                self._resync_after_failure()
+                raise BackendError(f"llama_decode failed with code {rc}")
+            self.tokens.extend(chunk)
+        if not rows:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        return self._logit_rows([r - last_start for r in rows])
+
+    def _fill_batch(self, tokens: Sequence[int], want_logits: Sequence[bool]) -> None:
+        b = self._batch
+        base = len(self.tokens)
+        for i, t in enumerate(tokens):
+            b.token[i] = t
+            b.pos[i] = base + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = 0
+            b.logits[i] = want_logits[i]
+        b.n_tokens = len(tokens)
+
+    def _logit_rows(self, batch_rows: Sequence[int]) -> np.ndarray:
+        first = ll.llama_get_logits_ith(self._ctx, batch_rows[0])
+        if not first:
+            raise BackendError("llama.cpp returned no logits")
+        base = ctypes.addressof(first.contents)
+        row_bytes = self.n_vocab * ctypes.sizeof(ctypes.c_float)
+        contiguous = all(
+            ctypes.addressof(ll.llama_get_logits_ith(self._ctx, r).contents) == base + k * row_bytes
+            for k, r in enumerate(batch_rows)
+        )
+        if contiguous:
+            arr = (ctypes.c_float * (self.n_vocab * len(batch_rows))).from_address(base)
+            return np.frombuffer(arr, dtype=np.float32).reshape(len(batch_rows), self.n_vocab)
+        return np.stack(
+            [
+                np.ctypeslib.as_array(ll.llama_get_logits_ith(self._ctx, r), shape=(self.n_vocab,))
+                for r in batch_rows
+            ]
+        )
+
+    def truncate(self, n: int) -> None:
+        """Roll the KV cache back so it holds exactly the first n tokens."""
+        if n >= len(self.tokens):
+            return
+        if n < 0:
+            raise BackendError(f"cannot truncate to {n} tokens")
+        ok = ll.llama_memory_seq_rm(self._mem, 0, n, -1)
+        pos_max = ll.llama_memory_seq_pos_max(self._mem, 0)
+        if ok and pos_max == n - 1:
+            del self.tokens[n:]
+            return
+        # Partial removal refused (recurrent/hybrid memory): rebuild from the prefix.
+        keep = self.tokens[:n]
+        self.reset()
+        self.redecodes += 1
+        if keep:
+            self.decode(keep, logits="none")
+
+    def reset(self) -> None:
+        """Empty the KV cache."""
+        ll.llama_memory_clear(self._mem, True)
+        self.tokens.clear()
+
+    def reuse_prefix(self, tokens: Sequence[int]) -> int:
+        """Keep the longest common prefix of the cache and ``tokens``; return its length.
+
+        At least one token is left to decode, since the caller needs its logits.
+        """
+        n = 0
+        limit = min(len(self.tokens), len(tokens) - 1)
+        while n < limit and self.tokens[n] == tokens[n]:
+            n += 1
+        self.truncate(n)
+        return n
+
+    def close(self) -> None:
+        """Free the context and the model (idempotent)."""
+        if self._batch is not None:
+            ll.llama_batch_free(self._batch)
+            self._batch = None
+        if self._ctx:
+            ll.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            ll.llama_model_free(self._model)
+            self._model = None
+
+    def _resync_after_failure(self) -> None:
+        # A failed decode may leave part of the batch in the cache: trim to what we track.
+        ll.llama_memory_seq_rm(self._mem, 0, len(self.tokens), -1)
+
+    def __enter__(self) -> LlamaModel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
