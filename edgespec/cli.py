@@ -27,6 +27,7 @@ BUILTIN_COMMANDS = (
     "complete",
     "serve",
     "worker",
+    "quantize",
 )
 
 

@@ -17,6 +17,7 @@ from .model import (  # noqa: E402
     LlamaModel,
     VocabInfo,
 )
+from .quantize import QUANT_TYPES, model_description, quant_type, quantize_model  # noqa: E402
 from .rpc import (  # noqa: E402
     RPC_DEFAULT_PORT,
     RPC_UNAVAILABLE,
@@ -34,6 +35,7 @@ __all__ = [
     "DEFAULT_BATCH",
     "DEFAULT_CTX",
     "FAST_KERNELS",
+    "QUANT_TYPES",
     "RPC_DEFAULT_PORT",
     "RPC_UNAVAILABLE",
     "DeviceInfo",
@@ -47,8 +49,11 @@ __all__ = [
     "device_info",
     "json_schema_to_gbnf",
     "ll",
+    "model_description",
     "parse_rpc_endpoints",
     "probe_rpc_worker",
+    "quant_type",
+    "quantize_model",
     "rpc_devices",
     "rpc_supported",
     "run_rpc_worker",
