@@ -75,7 +75,9 @@ class CostCurve:
 
 
 def machine_key(model: LlamaModel, max_k: int) -> str:
-    """What the curve depends on: the model's identity, CPU, threads, offload, kernels.
+    """What the curve depends on: the model's identity, CPU, threads, offload, kernels,
+    and the RPC workers the layers are on (a curve measured through workers is not one
+    of this machine, nor of other workers).
 
     Not the file's path or mtime: a copy of the same GGUF elsewhere has the same curve.
     """
@@ -89,6 +91,8 @@ def machine_key(model: LlamaModel, max_k: int) -> str:
         f"max_k={max_k}",
         f"curve=v{CURVE_VERSION}",
     ]
+    if getattr(model, "rpc", ()):  # layers on RPC workers: their machines and the network
+        parts.append(f"rpc={','.join(model.rpc)}")
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:24]
 
 

@@ -302,3 +302,114 @@ def test_the_proxy_delays_each_way_and_only_uses_loopback() -> None:
     for up, listen in (("10.1.2.3:80", "127.0.0.1"), ("127.0.0.1:80", "0.0.0.0")):
         with pytest.raises(ValueError, match="only uses loopback"):
             LatencyProxy(up, 1, listen_host=listen)
+
+
+def test_the_cost_curve_key_includes_the_workers(models) -> None:
+    """A curve measured through workers is not reused locally, nor through others."""
+    from types import SimpleNamespace
+
+    from edgespec.costs import machine_key
+
+    m, proxies = models
+    remote, local = m["remote"], m["local"]
+    assert machine_key(remote, 8) != machine_key(local, 8)
+    fields = ("path", "n_threads", "n_gpu_layers")
+    other = SimpleNamespace(**{f: getattr(remote, f) for f in fields}, rpc=("127.0.0.1:1",))
+    same = SimpleNamespace(**{f: getattr(remote, f) for f in fields}, rpc=remote.rpc)
+    assert machine_key(other, 8) not in (machine_key(remote, 8), machine_key(local, 8))
+    assert machine_key(same, 8) == machine_key(remote, 8)
+    no_rpc = SimpleNamespace(**{f: getattr(local, f) for f in fields}, rpc=())
+    assert machine_key(no_rpc, 8) == machine_key(local, 8)  # local keys are as before
+
+
+def _post(base: str, path: str, body: dict) -> dict:
+    import json
+    import urllib.request
+
+    req = urllib.request.Request(
+        base + path,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read())
+
+
+def test_serve_rpc_answers_what_local_plain_greedy_does(synthetic_models, tmp_path) -> None:
+    """`edgespec serve --rpc` (its own two workers: a worker serves one client at a
+    time) answers a greedy completion exactly as a local server without a draft does."""
+    import threading
+
+    from edgespec.completion.session import load_session
+    from edgespec.server import EdgespecServer
+
+    require_rpc()
+    ws = [Worker(tmp_path), Worker(tmp_path)]
+    target = str(synthetic_models["target"])
+    body = {"prompt": PROMPTS[1], "max_tokens": 24, "temperature": 0}
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "edgespec.cli", "serve", "--target", target, "--port", "0"]
+        + ["--threads", "1", "--ctx", "512", "--draft", "ngram", "--gamma", "4", "--quiet"]
+        + ["--rpc", ",".join(w.endpoint for w in ws)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    local = load_session(target, "none", gamma=0, n_ctx=512, n_threads=1)
+    server = EdgespecServer(("127.0.0.1", 0), local)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert serve.stderr is not None
+        line = serve.stderr.readline()
+        while line and "serving" not in line:
+            line = serve.stderr.readline()
+        assert "on http://" in line, line + serve.stderr.read()
+        remote = _post(line.rsplit(" on ", 1)[1].strip(), "/v1/completions", body)
+        host, port = server.server_address[:2]
+        plain = _post(f"http://{host}:{port}", "/v1/completions", body)
+    finally:
+        server.shutdown()
+        local.target.close()
+        serve.terminate()
+        serve.wait(timeout=30)
+        for w in ws:
+            w.stop()
+    text = remote["choices"][0]["text"]
+    assert text == plain["choices"][0]["text"] and text
+    assert remote["usage"] == plain["usage"]
+
+
+def test_the_chat_app_loads_its_target_through_workers(models, synthetic_models) -> None:
+    """`edgespec chat --rpc`: the app's engine puts the target on the workers (this
+    process's connections to them, as the models fixture's), the draft stays local,
+    and a greedy reply is the local one."""
+    from edgespec_tui.command import settings_from_args
+    from edgespec_tui.prompt import ChatMessage
+    from edgespec_tui.session import GenerationSettings, LlamaChatEngine, ModelChoice
+
+    from edgespec.events import DoneEvent
+
+    _, proxies = models
+    rpc = tuple(p.address for p in proxies)
+    from edgespec.cli import build_parser
+
+    args = build_parser().parse_args(
+        ["chat", "--target", str(synthetic_models["target"]), "--rpc", ",".join(rpc)]
+    )
+    assert args.rpc == list(rpc)
+    settings_from_args(args)
+    choice = dict(target=str(synthetic_models["target"]), draft="ngram", n_ctx=512, threads=1)
+    settings = GenerationSettings(gamma=4, temperature=0.0, max_tokens=16)
+    messages = [ChatMessage("user", "the cat sat on the mat and the cat sat on the")]
+    replies = []
+    for rpc_choice in (rpc, ()):
+        engine = LlamaChatEngine.load(ModelChoice(**choice, rpc=rpc_choice))
+        try:
+            assert engine.target.rpc == rpc_choice
+            done = [e for e in engine.stream_reply(messages, settings) if isinstance(e, DoneEvent)]
+            replies.append(done[-1].tokens)
+        finally:
+            engine.close()
+    assert replies[0] == replies[1] and len(replies[0]) > 0

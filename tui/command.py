@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "every token coloured by where it came from and the acceptance figures beside it. "
         "F2/F3 step gamma, F4 the temperature, F5 the drafter, F6 shows rejected drafts.",
     )
-    add_model_options(p, target=DEFAULT_CHAT_TARGET)
+    add_model_options(p, target=DEFAULT_CHAT_TARGET, rpc=True)
     add_sampling_options(p)
     p.add_argument(
         "--show-rejected",
@@ -68,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
         threads=args.threads,
         gpu_layers=args.gpu_layers,
         draft_gpu_layers=args.draft_gpu_layers,
+        rpc=tuple(args.rpc or ()),
     )
     # Fetch named models before the app takes the terminal, so download progress
     # shows as plain lines; any error is left for the app to show as a notification.

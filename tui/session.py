@@ -106,6 +106,7 @@ class ModelChoice:
     threads: int | None = None
     gpu_layers: int = 0
     draft_gpu_layers: int = 0
+    rpc: tuple[str, ...] = ()  # llama.cpp RPC workers for the target's layers (--rpc)
 
 
 def display_name(spec: str) -> str:
@@ -134,6 +135,7 @@ class LlamaChatEngine:
             n_threads=choice.threads,
             gpu_layers=choice.gpu_layers,
             draft_gpu_layers=choice.draft_gpu_layers,
+            rpc=choice.rpc,
         )
         return cls(choice, target, drafter)
 
