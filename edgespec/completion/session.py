@@ -295,8 +295,11 @@ def load_session(
     gpu_layers: int = 0,
     draft_gpu_layers: int = 0,
     name: str | None = None,
+    rpc: Sequence[str] | None = None,
 ) -> CompletionSession:
     """Load a target and drafter into a session.
+
+    ``rpc`` places the target's layers on llama.cpp RPC workers.
 
     ``draft`` is what --draft takes (``edgespec.drafting.build.parse_draft_spec``):
     none, ngram, a model, or auto, the default drafter, n-gram prompt lookup (free,
@@ -312,6 +315,7 @@ def load_session(
         n_threads=n_threads,
         gpu_layers=gpu_layers,
         draft_gpu_layers=draft_gpu_layers,
+        rpc=rpc,
     )
     is_path = target.endswith(".gguf") or "/" in target
     default_name = model.path.stem if is_path else target
