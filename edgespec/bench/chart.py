@@ -1,4 +1,5 @@
-"""The benchmark at a glance: a PNG with speed-ups per workload and accepted-length histograms."""
+"""The benchmark at a glance: a PNG with speed-ups per workload and accepted-length histograms;
+for a corpus run, per kind the distribution of each ratio against 1.0x."""
 
 from __future__ import annotations
 
@@ -32,8 +33,8 @@ def chart_series(report: Mapping[str, Any]) -> dict[str, dict[str, float]]:
     return series
 
 
-def write_chart(report: Mapping[str, Any], path: str | Path) -> Path:
-    """Draw the chart into path (PNG) with matplotlib's Agg backend."""
+def _pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend; InvalidParameterError without matplotlib."""
     try:
         import matplotlib
     except ImportError:
@@ -43,6 +44,16 @@ def write_chart(report: Mapping[str, Any], path: str | Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def write_chart(report: Mapping[str, Any], path: str | Path) -> Path:
+    """Draw the chart into path (PNG) with matplotlib's Agg backend: the distributions
+    for a corpus run (``write_distribution_chart``), else speed-ups per workload."""
+    if report.get("distribution"):
+        return write_distribution_chart(report, path)
+    plt = _pyplot()
     from matplotlib.ticker import MaxNLocator
 
     workloads = list(report["workloads"])
@@ -116,4 +127,66 @@ def _histograms(workload: Mapping[str, Any]) -> dict[str, tuple[str, list[int]]]
             hist = rows.get(label, {}).get("accepted_hist") or []
             if sum(hist):
                 out[label] = (series_name, hist)
+    return out
+
+
+def distribution_series(dist: Mapping[str, Any], metric: str) -> dict[str, dict[str, list[float]]]:
+    """kind -> split -> the texts' values of one ratio (texts without it left out)."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for t in dist["texts"].values():
+        if t.get(metric) is not None:
+            out.setdefault(t["kind"] or "-", {}).setdefault(t["split"], []).append(t[metric])
+    return dict(sorted(out.items()))
+
+
+def write_distribution_chart(report: Mapping[str, Any], path: str | Path) -> Path:
+    """One panel per ratio (auto / plain, / best fixed gamma, / llama-lookup's best): per
+    kind a box (quartiles, whiskers to the extremes) and every text as a dot, tuning and
+    validation side by side, against 1.0x and the goal's threshold."""
+    from .corpus import METRICS, NEAR_BEST_FLOOR, NEVER_LOSES, SPLITS, VS_LOOKUP_COPY
+
+    plt = _pyplot()
+    dist = report["distribution"]
+    panels = [(k, t) for k, t in METRICS if distribution_series(dist, k)]
+    goal_line = {"auto_vs_plain": NEVER_LOSES, "auto_vs_best_fixed": NEAR_BEST_FLOOR,
+                 "auto_vs_lookup": VS_LOOKUP_COPY}  # fmt: skip
+    kinds = sorted({t["kind"] or "-" for t in dist["texts"].values()})
+    fig, axes = plt.subplots(
+        max(len(panels), 1), 1, figsize=(max(8.0, 1.6 * len(kinds) + 2), 3.4 * max(len(panels), 1)),
+        constrained_layout=True, squeeze=False,
+    )  # fmt: skip
+    colors = {SPLITS[0]: "tab:blue", SPLITS[1]: "tab:orange"}
+    for ax, (metric, title) in zip(axes[:, 0], panels, strict=False):
+        series = distribution_series(dist, metric)
+        labelled: set[str] = set()
+        for i, kind in enumerate(kinds):
+            for j, split in enumerate(SPLITS):
+                vals = series.get(kind, {}).get(split, [])
+                if not vals:
+                    continue
+                x = i + (j - 0.5) * 0.36
+                ax.boxplot([vals], positions=[x], widths=0.28, whis=(0, 100),
+                           showfliers=False, medianprops={"color": colors[split]})  # fmt: skip
+                jitter = [x + ((k % 5) - 2) * 0.03 for k in range(len(vals))]
+                label = None if split in labelled else split  # one legend entry each
+                labelled.add(split)
+                ax.scatter(jitter, vals, s=14, color=colors[split], alpha=0.8, zorder=3,
+                           label=label)  # fmt: skip
+        ax.axhline(1.0, color="black", lw=1)
+        ax.axhline(goal_line[metric], color="grey", lw=1, ls="--",
+                   label=f"goal line {goal_line[metric]:.2f}x")  # fmt: skip
+        ax.set_xticks(range(len(kinds)))
+        ax.set_xticklabels(kinds)
+        ax.set_xlim(-0.6, len(kinds) - 0.4)
+        ax.set_ylabel(f"{title} (x)")
+        ax.legend(fontsize=7, loc="upper left")
+    if panels:
+        axes[0, 0].set_title(
+            f"edgespec bench --corpus: {Path(report['target']).name}, {report['threads']} "
+            f"threads, {report['reps']} reps; {dist['drafter']} auto, one dot per text",
+            fontsize=10,
+        )
+    out = Path(path)
+    fig.savefig(out, dpi=110, format="png")
+    plt.close(fig)
     return out

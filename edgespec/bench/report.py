@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import llamacpp
+from .corpus import distribution, distribution_text
 from .stats import (
     PLAIN_SPREAD,
     RunRecord,
@@ -47,6 +48,7 @@ def build_report(
         w = by_name[wname]
         out[wname] = {
             "description": w.description,
+            "kind": w.kind,
             "temperature": w.temperature,
             "max_tokens": meta.get("max_tokens") or w.max_tokens,
             "prompt_tokens": info.get("prompt_tokens", {}).get(wname),
@@ -62,7 +64,8 @@ def finish(report: dict[str, Any]) -> dict[str, Any]:
     report up to date): the verify-cost ceiling; no projection for llama.cpp rows, and no
     formula projection where it was computed from accepted/drafted instead of alpha; the
     flags on figures not to trust (see ``_flag``); the comparisons with the best fixed
-    gamma and llama.cpp's binaries; the goals, judged only from trustworthy figures."""
+    gamma and llama.cpp's binaries; the goals, judged only from trustworthy figures; and
+    for a ``--corpus`` run the distributions over the corpus (``corpus.distribution``)."""
     curve = report.get("calibration", {}).get("target")
     if curve:
         k, ceiling = verify_ceiling(curve)
@@ -77,6 +80,8 @@ def finish(report: dict[str, Any]) -> dict[str, Any]:
                 proj["formula"] = None  # the per-round counts alpha needs were not saved
         _compare(w, report["drafters"])
     report["goals"] = check_goals(report.get("workloads", {}))
+    if report.get("corpus") is not None:  # a --corpus run: the distributions over it
+        report["distribution"] = distribution(report)
     return report
 
 
@@ -303,4 +308,6 @@ def text_report(report: Mapping[str, Any]) -> str:
     for wname in report["workloads"]:
         parts += ["", f"### {wname}", "", detail_table(report, wname)]
     parts += ["", PROJECTION_NOTE, "", goals_table(report)]
+    if report.get("distribution"):
+        parts += ["", distribution_text(report["distribution"])]
     return "\n".join(parts)

@@ -2,13 +2,15 @@
 
 A workload file has ``name``, ``description``, ``temperature``, ``max_tokens``,
 optionally ``chat`` (wrap the prompt in the model's chat template; default false,
-since the default target is a base model) and ``prompt``, written as a plain
-completion.
+since the default target is a base model), optionally ``kind`` (what sort of task it
+is, e.g. ``edit`` or ``quote``: the corpus report groups by it; default "") and
+``prompt``, written as a plain completion.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
@@ -18,6 +20,7 @@ from ..errors import InvalidParameterError
 from ..params import check_max_tokens
 
 WORKLOAD_DIR = "workloads"
+_KIND = re.compile(r"[a-z0-9][a-z0-9_-]*")
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,7 @@ class Workload:
     temperature: float = 0.0
     max_tokens: int = 256
     chat: bool = False
+    kind: str = ""
 
     @property
     def greedy(self) -> bool:
@@ -50,12 +54,17 @@ def parse_workload(text: str, *, default_name: str = "") -> Workload:
     temperature = data.get("temperature", 0.0)
     max_tokens = data.get("max_tokens", 256)
     chat = data.get("chat", False)
+    kind = data.get("kind", "")
     bad = f"bad field in workload {name!r}:"
     if not _is_number(temperature) or not 0.0 <= temperature < math.inf:
         raise InvalidParameterError(f"{bad} temperature must be a number >= 0, got {temperature!r}")
     check_max_tokens(max_tokens, minimum=1, name=f"{bad} max_tokens")
     if not isinstance(chat, bool):
         raise InvalidParameterError(f"{bad} chat must be true or false, got {chat!r}")
+    if not isinstance(kind, str) or (kind and not _KIND.fullmatch(kind)):
+        raise InvalidParameterError(
+            f"{bad} kind must be a lower-case word (letters, digits, - or _), got {kind!r}"
+        )
     return Workload(
         name=name,
         description=str(data.get("description", "")),
@@ -63,6 +72,7 @@ def parse_workload(text: str, *, default_name: str = "") -> Workload:
         temperature=float(temperature),
         max_tokens=max_tokens,
         chat=chat,
+        kind=kind,
     )
 
 

@@ -57,6 +57,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--workloads", default=None, help="comma-separated names or .toml files (default: all)"
     )
     p.add_argument(
+        "--corpus",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="run every workload (*.toml) in DIR, as scripts/make_corpus.py writes it, and "
+        "report the distributions of the speed-ups per kind (instead of --workloads)",
+    )
+    p.add_argument(
+        "--split",
+        choices=("tuning", "validation", "all"),
+        default="all",
+        help="with --corpus: the half to run, by a hash of each name (default: all)",
+    )
+    p.add_argument(
         "--gammas", default=None, help=f"per drafter: auto and a fixed sweep ({DEFAULT_GAMMAS})"
     )
     p.add_argument("--reps", type=int, default=None, help=f"repetitions ({DEFAULT_REPS})")
@@ -120,7 +134,8 @@ def _gammas(text: str) -> list[int | str]:
 
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark; print the tables; write JSON and the chart if asked."""
-    from ..bench.report import text_report
+    from ..bench.corpus import load_corpus
+    from ..bench.report import finish, text_report
     from ..bench.runner import BenchSetup
     from ..bench.workloads import select_workloads
 
@@ -146,7 +161,12 @@ def run(args: argparse.Namespace) -> int:
             raise InvalidParameterError(
                 f"--llama-cpp-bin: no executable {LOOKUP} or {SPECULATIVE} in {args.llama_cpp_bin}"
             )
-    workloads = select_workloads(args.workloads)
+    if args.corpus is not None and args.workloads is not None:
+        raise InvalidParameterError("give --corpus or --workloads, not both")
+    if args.corpus is not None:
+        workloads = load_corpus(args.corpus, args.split)
+    else:
+        workloads = select_workloads(args.workloads)
     for option, path in (("--json", args.json), ("--chart", args.chart)):
         if path is not None:
             _check_writable(path, option)
@@ -164,6 +184,8 @@ def run(args: argparse.Namespace) -> int:
         rpc=args.rpc,
     )
     report = _report(setup, workloads)
+    if args.corpus is not None:  # and the distributions over the corpus (report.finish)
+        report = finish({**report, "corpus": {"dir": str(args.corpus), "split": args.split}})
     print(text_report(report))
     if args.json is not None:
         text = json.dumps(report, indent=1)
