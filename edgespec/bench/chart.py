@@ -143,13 +143,21 @@ def write_distribution_chart(report: Mapping[str, Any], path: str | Path) -> Pat
     """One panel per ratio (auto / plain, / best fixed gamma, / llama-lookup's best): per
     kind a box (quartiles, whiskers to the extremes) and every text as a dot, tuning and
     validation side by side, against 1.0x and the goal's threshold."""
-    from .corpus import METRICS, NEAR_BEST_FLOOR, NEVER_LOSES, SPLITS, VS_LOOKUP_COPY
+    from .corpus import (
+        COPY_HEAVY,
+        METRICS,
+        NEAR_BEST_FLOOR,
+        NEVER_LOSES,
+        SPLITS,
+        VS_LOOKUP_COPY,
+    )
 
     plt = _pyplot()
     dist = report["distribution"]
     panels = [(k, t) for k, t in METRICS if distribution_series(dist, k)]
     goal_line = {"auto_vs_plain": NEVER_LOSES, "auto_vs_best_fixed": NEAR_BEST_FLOOR,
                  "auto_vs_lookup": VS_LOOKUP_COPY}  # fmt: skip
+    goal_note = {"auto_vs_lookup": f" (median; {', '.join(COPY_HEAVY)})"}
     kinds = sorted({t["kind"] or "-" for t in dist["texts"].values()})
     fig, axes = plt.subplots(
         max(len(panels), 1), 1, figsize=(max(8.0, 1.6 * len(kinds) + 2), 3.4 * max(len(panels), 1)),
@@ -173,8 +181,8 @@ def write_distribution_chart(report: Mapping[str, Any], path: str | Path) -> Pat
                 ax.scatter(jitter, vals, s=14, color=colors[split], alpha=0.8, zorder=3,
                            label=label)  # fmt: skip
         ax.axhline(1.0, color="black", lw=1)
-        ax.axhline(goal_line[metric], color="grey", lw=1, ls="--",
-                   label=f"goal line {goal_line[metric]:.2f}x")  # fmt: skip
+        note = f"goal line {goal_line[metric]:.2f}x{goal_note.get(metric, '')}"
+        ax.axhline(goal_line[metric], color="grey", lw=1, ls="--", label=note)
         ax.set_xticks(range(len(kinds)))
         ax.set_xticklabels(kinds)
         ax.set_xlim(-0.6, len(kinds) - 0.4)
