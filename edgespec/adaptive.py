@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from .costs import MAX_VERIFY, CostCurve, GapCalibration
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .backend import LlamaModel
 
 # long drafts pay on CPUs too: a 48-row verify costs ~19x one token here, 17 rows 8.5x
@@ -93,6 +95,22 @@ class AcceptanceEstimate:
         self.tries[i - 1] = DISCOUNT * self.tries[i - 1] + 1.0
 
 
+class BatchShare(Protocol):
+    """What a policy asks of a sequence whose decodes are shared with others'."""
+
+    def rows_elsewhere(self) -> int:
+        """Rows the other working sequences put in the last shared decode."""
+        ...
+
+    def alone(self) -> bool:
+        """True when no other sequence is generating now."""
+        ...
+
+    def last_was_shared(self) -> bool:
+        """True when this sequence's last decode carried other sequences' rows too."""
+        ...
+
+
 class AdaptiveGamma:
     """Per-round draft length from acceptance estimates and the measured cost curve.
 
@@ -130,6 +148,9 @@ class AdaptiveGamma:
         # the curve being measured between rounds (costs.GapCalibration), if any
         self.gaps: GapCalibration | None = None
         self.gap_s = 0.0  # seconds measuring it in this generation
+        # sequences sharing the target's decodes (a parallel server's slot; None alone)
+        self.share: BatchShare | None = None
+        self.on_curve: Callable[[CostCurve], None] | None = None  # told of a new curve
 
     def set_curve(self, verify: CostCurve) -> None:
         """Use a new cost curve (a better measured one); the online corrections,
@@ -152,10 +173,14 @@ class AdaptiveGamma:
         if self.gaps is None or self.gap_s > GAP_SHARE * elapsed_s:
             return
         t0 = time.perf_counter()
+        if self.share is not None and not self.share.alone():
+            return  # a decode shared with other sequences times them too
         curve = self.gaps.measure(model)
         self.gap_s += time.perf_counter() - t0
         if curve is not None:
             self.set_curve(curve)
+            if self.on_curve is not None:
+                self.on_curve(curve)
         if self.gaps.done or self.gaps.stopped:
             self.gaps = None
 
@@ -209,9 +234,20 @@ class AdaptiveGamma:
         """Predicted seconds for a round drafting g tokens."""
         return self.round_costs(g)[g]
 
-    def round_costs(self, n: int, *, free_draft: bool = False) -> list[float]:
-        """round_cost(0), ..., round_cost(n) in one pass (free_draft: a lookup's tokens)."""
+    def round_costs(self, n: int, *, free_draft: bool = False, shared: int = 0) -> list[float]:
+        """round_cost(0), ..., round_cost(n) in one pass (free_draft: a lookup's tokens).
+
+        shared: rows other sequences put in the same decode; a round then costs the
+        marginal time of its rows, C(shared + g + 1) - C(shared), as the others pay
+        the call's fixed part anyway.
+        """
         step = 0.0 if free_draft else self.draft_step_s * self.draft_scale
+        if shared > 0:
+            base = self.verify.cost(shared)
+            return [
+                self.scale * (self.verify.cost(shared + g + 1) - base) + step * g
+                for g in range(n + 1)
+            ]
         ratio = self._size_ratio
         return [
             (ratio[g] if g < len(ratio) else self.scale) * self.verify.cost(g + 1) + step * g
@@ -235,14 +271,16 @@ class AdaptiveGamma:
         """
         self._key = _context_key(match_len, self._after_miss)
         limit = min(limit, self.max_gamma)
-        costs = self.round_costs(limit, free_draft=match_len is not None)
+        shared = self.share.rows_elsewhere() if self.share is not None else 0
+        costs = self.round_costs(limit, free_draft=match_len is not None, shared=shared)
+        timed = self._timed if shared == 0 else range(1, self.max_gamma + 2)
         best_g, best_rate = 0, MIN_GAIN / costs[0]
         total, run = 1.0, 1.0
         for g, a in enumerate(self.accept.rates(limit), start=1):
             run *= a
             total += run
             rate = total / costs[g]
-            if rate > best_rate and g + 1 in self._timed:
+            if rate > best_rate and g + 1 in timed:
                 best_g, best_rate = g, rate
         if best_g > 0:
             self._since_plain += 1
@@ -297,6 +335,8 @@ class AdaptiveGamma:
             self._shadow = []  # the context moved past it
         k = drafted + 1
         predicted = self.verify.cost(k)
+        if self.share is not None and self.share.last_was_shared():
+            return  # the decode's time was other sequences' too: no cost lesson
         if predicted > 0 and verify_s > 0:
             ratio = verify_s / predicted
             self._scale_num = SCALE_DISCOUNT * self._scale_num + ratio

@@ -95,6 +95,7 @@ def load_pair(
     gpu_layers: int = 0,
     draft_gpu_layers: int = 0,
     rpc: Sequence[str] | None = None,
+    n_seq: int = 1,
 ) -> tuple[LlamaModel, Drafter | None]:
     """Load the target and a drafter from --draft: none, ``ngram`` (prompt lookup), a
     model (same vocabulary: ModelDrafter; another one: CrossVocabDrafter), or
@@ -103,6 +104,8 @@ def load_pair(
     A draft file or catalog name that does not exist is refused before the target
     is fetched or loaded. ``rpc`` (``HOST:PORT`` endpoints) places the target's layers
     on llama.cpp RPC workers (``gpu_layers`` of them, 0: all); the drafter stays local.
+    ``n_seq`` > 1 gives the target and a draft model that many sequences each (a
+    parallel server; see edgespec.drafting.build.fork_drafter).
     """
     n_ctx = n_ctx or DEFAULT_CTX
     if n_ctx < 16:
@@ -116,6 +119,7 @@ def load_pair(
         n_threads=n_threads,
         n_gpu_layers=gpu_layers,
         rpc=rpc,
+        n_seq=n_seq,
     )
     drafter = build_drafter(
         target,
@@ -124,5 +128,6 @@ def load_pair(
         n_ctx=n_ctx,
         n_threads=n_threads,
         gpu_layers=draft_gpu_layers,
+        n_seq=n_seq,
     )
     return target, drafter

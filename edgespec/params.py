@@ -57,3 +57,14 @@ def check_gamma(value: object, *, minimum: int = 0, name: str = "gamma") -> int 
             f"{name} must be auto or a whole number >= {minimum}, got {value!r}"
         )
     return n
+
+
+#: Sequences a server generates on at once by default: llama-server's default too;
+#: two chats and two editors' completions each get a slot.
+DEFAULT_PARALLEL = 4
+MAX_PARALLEL = 64  # (edgespec.backend.model.MAX_SEQ)
+
+
+def check_parallel(value: object, *, name: str = "parallel") -> int:
+    """Slots of a server: a whole number from 1 to MAX_PARALLEL."""
+    return check_whole(value, name=name, minimum=1, maximum=MAX_PARALLEL)

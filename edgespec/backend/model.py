@@ -26,6 +26,7 @@ from .log import _failure_reason, _log_tail
 from .rpc import rpc_devices
 
 DEFAULT_CTX = 4096
+MAX_SEQ = 64  # sequences one context may hold (llama.cpp's LLAMA_MAX_SEQ is 256)
 DEFAULT_BATCH = 512
 GGUF_MAGIC = b"GGUF"
 GGML_TYPE_BF16 = 30
@@ -83,6 +84,10 @@ class LlamaModel:
         rpc: llama.cpp RPC workers (``HOST:PORT``) to spread the layers over, split
             by their memory as llama.cpp's --rpc does; BackendError if one cannot be
             reached.
+        n_seq: sequences the context holds, each with ``n_ctx`` cells of its own (a
+            per-sequence KV stream, not a unified cache: see edgespec.backend.parallel);
+            with more than one, ``sequence(i)`` gives each its view. The model's own
+            decode/truncate then act on sequence 0 unbatched: use the views instead.
     """
 
     def __init__(
@@ -94,7 +99,10 @@ class LlamaModel:
         n_gpu_layers: int = 0,
         n_batch: int = DEFAULT_BATCH,
         rpc: Sequence[str] | None = None,
+        n_seq: int = 1,
     ) -> None:
+        if isinstance(n_seq, bool) or not isinstance(n_seq, int) or not 1 <= n_seq <= MAX_SEQ:
+            raise BackendError(f"n_seq must be a whole number from 1 to {MAX_SEQ}, got {n_seq!r}")
         self.path = Path(path)
         _check_gguf_file(self.path)
         self.rpc = tuple(rpc or ())
@@ -122,10 +130,12 @@ class LlamaModel:
 
         n_ctx_train = ll.llama_model_n_ctx_train(model)
         cparams = ll.llama_context_default_params()
-        cparams.n_ctx = min(n_ctx, n_ctx_train) if n_ctx_train > 0 else n_ctx
+        per_seq = min(n_ctx, n_ctx_train) if n_ctx_train > 0 else n_ctx
+        cparams.n_ctx = per_seq * n_seq
         cparams.n_batch = n_batch
         cparams.n_ubatch = n_batch
-        cparams.n_seq_max = 1
+        cparams.n_seq_max = n_seq
+        cparams.kv_unified = False  # a KV stream per sequence: see edgespec.backend.parallel
         cparams.n_threads = self.n_threads
         cparams.n_threads_batch = self.n_threads
         # A sliding-window cache evicts old cells, so a rollback could need tokens it
@@ -141,12 +151,14 @@ class LlamaModel:
             raise ModelLoadError(f"cannot create a context for {self.path.name}: {reason}")
         self._ctx = ctx
         self._mem = ll.llama_get_memory(ctx)
-        self.n_ctx = ll.llama_n_ctx(ctx)
+        self.n_ctx = ll.llama_n_ctx_seq(ctx)  # what one sequence holds
+        self.n_seq = n_seq
         # llama.cpp caps the batch at the context size: chunk by what it enforces
         self.n_batch = min(n_batch, ll.llama_n_batch(ctx))
         self._batch = ll.llama_batch_init(n_batch, 0, 1)
         self.tokens: list[int] = []
         self.redecodes = 0  # times a rollback had to rebuild the cache by re-decoding
+        self._views: list = []  # sequence(i) views, made on first use
 
     # --- vocabulary -------------------------------------------------------
 
@@ -267,15 +279,49 @@ class LlamaModel:
         return self._logit_rows([r - last_start for r in rows])
 
     def _fill_batch(self, tokens: Sequence[int], want_logits: Sequence[bool]) -> None:
+        self._fill_rows([(0, len(self.tokens), tokens, want_logits)])
+
+    def _fill_rows(self, parts: Sequence[tuple[int, int, Sequence[int], Sequence[bool]]]) -> None:
+        """Fill the batch with (seq_id, first position, tokens, want_logits) parts."""
         b = self._batch
-        base = len(self.tokens)
-        for i, t in enumerate(tokens):
-            b.token[i] = t
-            b.pos[i] = base + i
-            b.n_seq_id[i] = 1
-            b.seq_id[i][0] = 0
-            b.logits[i] = want_logits[i]
-        b.n_tokens = len(tokens)
+        i = 0
+        for seq_id, base, tokens, want in parts:
+            for j, t in enumerate(tokens):
+                b.token[i] = t
+                b.pos[i] = base + j
+                b.n_seq_id[i] = 1
+                b.seq_id[i][0] = seq_id
+                b.logits[i] = want[j]
+                i += 1
+        b.n_tokens = i
+
+    def _decode_parts(
+        self, parts: Sequence[tuple[int, int, Sequence[int], Sequence[bool]]]
+    ) -> list[np.ndarray]:
+        """One llama_decode over (seq_id, first position, tokens, want_logits) parts; a
+        copy of each part's wanted logit rows (the parts hold n_batch tokens at most)."""
+        self._fill_rows(parts)
+        rc = ll.llama_decode(self._ctx, self._batch)
+        if rc != 0:
+            raise BackendError(f"llama_decode failed with code {rc}")
+        out, row = [], 0
+        for _, _, tokens, want in parts:
+            idx = [row + j for j, w in enumerate(want) if w]
+            rows = self._logit_rows(idx).copy() if idx else np.empty((0, self.n_vocab), np.float32)
+            out.append(rows)
+            row += len(tokens)
+        return out
+
+    def sequence(self, i: int):
+        """The view of sequence i (0 <= i < n_seq): a LlamaModel for the engine whose
+        decodes share one llama_decode with the other sequences' (see parallel)."""
+        from .parallel import SequenceView, batcher_of
+
+        if not 0 <= i < self.n_seq:
+            raise BackendError(f"no sequence {i}: the context holds {self.n_seq}")
+        while len(self._views) < self.n_seq:
+            self._views.append(SequenceView(self, len(self._views), batcher_of(self)))
+        return self._views[i]
 
     def _logit_rows(self, batch_rows: Sequence[int]) -> np.ndarray:
         first = ll.llama_get_logits_ith(self._ctx, batch_rows[0])

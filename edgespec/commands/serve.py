@@ -9,6 +9,7 @@ import sys
 
 from ..completion.session import AUTO, load_session
 from ..errors import InvalidParameterError
+from ..params import DEFAULT_PARALLEL, check_parallel, check_whole
 from .options import AUTO_DRAFT_HELP, add_model_options, parse_gamma
 
 DEFAULT_HOST = "127.0.0.1"
@@ -18,6 +19,7 @@ DEFAULT_PORT = 8080
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the serve subcommand."""
     from ..server import API_KEY_ENV, DEFAULT_MAX_BODY
+    from ..server.slots import DEFAULT_MAX_QUEUE
 
     p = sub.add_parser(
         "serve",
@@ -25,9 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Serve one target (and drafter) over HTTP: POST /v1/completions, "
         "/v1/chat/completions and /infill, GET /v1/models and /health, and llama-server's "
         "POST /completion, /tokenize and /detokenize, GET /props and /metrics (Prometheus). "
-        "Requests "
-        "run one at a time, in arrival order; a request sharing a prefix with the previous "
-        "one reuses its KV cache.",
+        "Up to --parallel requests generate at once, each speculating on its own sequence, "
+        "their rounds verified in shared forward passes; a request takes the free slot "
+        "whose KV cache shares the longest prefix with it.",
     )
     add_model_options(p, draft=AUTO, draft_help=AUTO_DRAFT_HELP, rpc=True)
     p.add_argument(
@@ -49,6 +51,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=DEFAULT_MAX_BODY,
         help=f"largest request body in bytes (default {DEFAULT_MAX_BODY})",
     )
+    p.add_argument(
+        "--parallel",
+        type=int,
+        default=DEFAULT_PARALLEL,
+        help=f"requests generated at once, each with its own KV cache of --ctx tokens "
+        f"(default {DEFAULT_PARALLEL}, llama-server's too: two chats and two editors)",
+    )
+    p.add_argument(
+        "--max-queue",
+        type=int,
+        default=DEFAULT_MAX_QUEUE,
+        help=f"requests that may wait for a slot; more get 503 with Retry-After "
+        f"(default {DEFAULT_MAX_QUEUE})",
+    )
     p.add_argument("--name", help="model id clients use (default: the --target name)")
     p.add_argument("--quiet", action="store_true", help="do not log requests")
     p.set_defaults(run=run)
@@ -64,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidParameterError(f"port must be 0..65535, got {args.port}")
     if args.max_body < 1:
         raise InvalidParameterError(f"max-body must be >= 1, got {args.max_body}")
+    parallel = check_parallel(args.parallel)
+    check_whole(args.max_queue, name="max-queue")
     session = load_session(
         args.target,
         args.draft,
@@ -74,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
         draft_gpu_layers=args.draft_gpu_layers,
         name=args.name,
         rpc=args.rpc,
+        parallel=parallel,
     )
 
     def log(msg: str) -> None:
@@ -87,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
             api_key=args.api_key,
             max_body=args.max_body,
             log=log,
+            max_queue=args.max_queue,
         )
     except OSError as e:
         raise InvalidParameterError(
@@ -97,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     chat = "its chat template" if session.chat_template else "no chat template: ChatML fallback"
     print(
         f"edgespec: serving {session.name} (draft {session.drafter_name}, gamma {session.gamma}; "
-        f"{fim}; {chat}) on http://{host}:{port}",
+        f"{parallel} slot{'s' if parallel > 1 else ''}; {fim}; {chat}) on http://{host}:{port}",
         file=sys.stderr,
         flush=True,
     )

@@ -11,6 +11,7 @@ committed tokens only, so the next request reuses its common prefix as usual.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -113,6 +114,39 @@ class CompletionSession:
         self.chat_format = ChatFormat.of(target, self.chat_template or CHATML)
         info = target.vocab_info()
         self._bos = info.bos if info.add_bos and info.bos >= 0 else None
+
+    def slot_sessions(self) -> list[CompletionSession]:
+        """One session per sequence of the target's context: this one when it holds
+        one sequence; else a view of sequence i each, with a drafter and an adaptive
+        policy of its own (what one policy learns is its own slot's text). Only the
+        first slot measures the cost curve between rounds, when it runs alone; a
+        curve it measures goes to every slot's policy."""
+        n_seq = getattr(self.target, "n_seq", 1)
+        if n_seq == 1:
+            return [self]
+        from ..drafting.build import fork_drafter
+
+        out = []
+        for i in range(n_seq):
+            s = copy.copy(self)
+            s.target = self.target.sequence(i)
+            s.drafter = fork_drafter(self.drafter, s.target, i)
+            if self._policy is not None:
+                assert s.drafter is not None
+                s._policy = make_policy(s.target, s.drafter)
+                s._policy.share = s.target
+                if i > 0:
+                    s._policy.gaps = None
+            out.append(s)
+        policies = [s._policy for s in out if s._policy is not None]
+
+        def spread(curve) -> None:
+            for p in policies:
+                p.set_curve(curve)
+
+        if policies:
+            policies[0].on_curve = spread
+        return out
 
     @property
     def calibration_note(self) -> str | None:
@@ -296,10 +330,13 @@ def load_session(
     draft_gpu_layers: int = 0,
     name: str | None = None,
     rpc: Sequence[str] | None = None,
+    parallel: int = 1,
 ) -> CompletionSession:
     """Load a target and drafter into a session.
 
-    ``rpc`` places the target's layers on llama.cpp RPC workers.
+    ``rpc`` places the target's layers on llama.cpp RPC workers; ``parallel`` gives
+    the target (and a draft model) that many sequences, one per server slot
+    (``CompletionSession.slot_sessions``).
 
     ``draft`` is what --draft takes (``edgespec.drafting.build.parse_draft_spec``):
     none, ngram, a model, or auto, the default drafter, n-gram prompt lookup (free,
@@ -316,6 +353,7 @@ def load_session(
         gpu_layers=gpu_layers,
         draft_gpu_layers=draft_gpu_layers,
         rpc=rpc,
+        n_seq=parallel,
     )
     is_path = target.endswith(".gguf") or "/" in target
     default_name = model.path.stem if is_path else target

@@ -66,19 +66,25 @@ def build_drafter(
     n_ctx: int,
     n_threads: int | None = None,
     gpu_layers: int = 0,
+    n_seq: int = 1,
 ) -> Drafter | None:
     """The drafter ``spec`` names for ``target``; None for ``none``.
 
     A draft model is loaded from ``resolve(MODEL)`` with the given context, threads
     and GPU layers: a ModelDrafter when it shares the target's vocabulary (llama.cpp's
     rule), else a CrossVocabDrafter named ``<MODEL> (cross-vocab)`` (the file name for
-    a path). Errors are resolve's and the backend's (ModelLoadError and kin).
+    a path). Errors are resolve's and the backend's (ModelLoadError and kin). A draft
+    model gets ``n_seq`` sequences, for ``fork_drafter``.
     """
     parts = parse_draft_spec(spec)
     if parts.model is None:
         return NgramDrafter() if parts.ngram else None
     draft = LlamaModel(
-        resolve(parts.model), n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=gpu_layers
+        resolve(parts.model),
+        n_ctx=n_ctx,
+        n_threads=n_threads,
+        n_gpu_layers=gpu_layers,
+        n_seq=n_seq,
     )
     drafter: Drafter
     if incompatibility(target, draft) is None:
@@ -87,3 +93,29 @@ def build_drafter(
         shown = draft.path.name if is_model_path(parts.model) else parts.model
         drafter = CrossVocabDrafter(target, draft, name=f"{shown} (cross-vocab)")
     return CompositeDrafter(NgramDrafter(), drafter) if parts.ngram else drafter
+
+
+def fork_drafter(drafter: Drafter | None, target: LlamaModel, seq: int) -> Drafter | None:
+    """A drafter like ``drafter`` for sequence ``seq`` of a multi-sequence target (a
+    view, ``LlamaModel.sequence``): its own lookup index, and a draft model's view of
+    the same sequence (the draft model was built with n_seq sequences)."""
+    if drafter is None:
+        return None
+    if isinstance(drafter, NgramDrafter):
+        return NgramDrafter(n_min=drafter.n_min, n_max=drafter.n_max)
+    if isinstance(drafter, CompositeDrafter):
+        first = fork_drafter(drafter.first, target, seq)
+        fallback = fork_drafter(drafter.fallback, target, seq)
+        assert first is not None and fallback is not None
+        return CompositeDrafter(first, fallback)
+    if isinstance(drafter, CrossVocabDrafter):
+        return CrossVocabDrafter(
+            target,
+            drafter.model.sequence(seq),
+            name=drafter.name,
+            draft_ratio=drafter.draft_ratio,
+            tli=drafter.tli,
+        )
+    if isinstance(drafter, ModelDrafter):
+        return ModelDrafter(drafter.model.sequence(seq))
+    raise TypeError(f"cannot fork a {type(drafter).__name__} for a sequence")

@@ -1,12 +1,13 @@
-"""The HTTP server: routes, authentication, the worker, and each protocol's answers.
+"""The HTTP server: routes, authentication, the slots, and each protocol's answers.
 
 Python's ``ThreadingHTTPServer`` (HTTP/1.1, keep-alive): one thread per
-connection parses and answers, and one ``Worker`` thread runs the model. A
+connection parses and answers, and the ``Scheduler``'s slots (one thread and one
+sequence each, ``--parallel``) run the model. A
 stream is sent with chunked transfer encoding (close-delimited to an HTTP/1.0
 client); a failed write means the client went away and cancels its job, and
-while a handler waits for the worker it polls its socket for the same reason.
+while a handler waits for its slot it polls its socket for the same reason.
 Every error leaves as JSON in OpenAI's shape; nothing a request sends reaches
-the worker unchecked.
+a slot unchecked.
 """
 
 from __future__ import annotations
@@ -40,14 +41,14 @@ from .requests import (
     parse_native,
 )
 from .responses import InfillFormat, OpenAIFormat, Outcome, ResponseFormat
+from .slots import DEFAULT_MAX_QUEUE, PRIORITY_CODE, PRIORITY_OTHER, QueueFull, Scheduler
 from .timelimit import TimeLimit
 from .transport import JsonHandler
-from .worker import Worker
 
 DEFAULT_MAX_BODY = 4 * 1024 * 1024
 API_KEY_ENV = "EDGESPEC_API_KEY"
 
-#: What the worker yields before the completion: the prompt's size and how it was built.
+#: What a slot yields before the completion: the prompt's size and how it was built.
 Prepared = dict[str, Any]
 Build = Callable[[], tuple[list[int], CodeRules | None, Prepared]]
 
@@ -68,7 +69,7 @@ def check_api_key(key: str | None) -> None:
 
 
 class EdgespecServer(ThreadingHTTPServer):
-    """An HTTP server around one CompletionSession and its worker thread."""
+    """An HTTP server around one CompletionSession and its slots (edgespec.server.slots)."""
 
     daemon_threads = True
     allow_reuse_address = True
@@ -81,10 +82,11 @@ class EdgespecServer(ThreadingHTTPServer):
         api_key: str | None = None,
         max_body: int = DEFAULT_MAX_BODY,
         log: Callable[[str], None] | None = None,
+        max_queue: int = DEFAULT_MAX_QUEUE,
     ) -> None:
         check_api_key(api_key)
         self.session = session
-        self.worker = Worker()
+        self.scheduler = Scheduler(session.slot_sessions(), max_queue=max_queue)
         self.api_key = api_key or None
         self.max_body = max_body
         self.log = log or (lambda _msg: None)
@@ -102,7 +104,7 @@ class EdgespecServer(ThreadingHTTPServer):
         """Stop serving (call from another thread than serve_forever's) and free the socket."""
         self.shutdown()
         self.server_close()
-        self.worker.stop()
+        self.scheduler.stop()
 
 
 class Handler(JsonHandler):
@@ -166,7 +168,7 @@ class Handler(JsonHandler):
                 except OSError:
                     pass
             else:
-                self._send_json(err.status, err.body())
+                self._send_json(err.status, err.body(), err.headers)
         finally:
             self._route = None  # http.server's own errors on this connection: "other"
 
@@ -191,19 +193,20 @@ class Handler(JsonHandler):
     # ------------------------------------------------------------------ routes
 
     def _health(self) -> None:
-        w = self.server.worker
-        self._send_json(
-            200,
-            {
-                "status": "ok",
-                "busy": w.busy,
-                "queued": w.queued,
-                "served": w.served,
-                "cancelled": w.cancelled,
-                "rejected": w.rejected,
-                "failed": w.failed,
-            },
-        )
+        sch = self.server.scheduler
+        body = {
+            "status": "ok",
+            "busy": sch.busy,
+            "queued": sch.queued,
+            "slots": len(sch.slots),
+            "slots_processing": sch.processing,
+            "slots_idle": len(sch.slots) - sch.processing,
+            **sch.counts(),
+        }
+        self._send_json(200, body)
+
+    def _slots(self) -> None:
+        self._send_json(200, [slot.state() for slot in self.server.scheduler.slots])  # type: ignore[arg-type]
 
     def _models(self) -> None:
         s = self.server.session
@@ -234,11 +237,12 @@ class Handler(JsonHandler):
         self._send_json(200, props(self.server.session))
 
     def _metrics(self) -> None:
-        w = self.server.worker
-        jobs = {"served": w.served, "cancelled": w.cancelled, "rejected": w.rejected,
-                "failed": w.failed}  # fmt: skip
+        sch = self.server.scheduler
         families = self.server.metrics.families(
-            processing=int(w.busy), deferred=w.queued, worker=jobs
+            processing=sch.processing,
+            deferred=sch.queued,
+            worker=sch.counts(),
+            slots=len(sch.slots),
         )
         data = render(families).encode()
         try:
@@ -273,7 +277,7 @@ class Handler(JsonHandler):
             logprobs=call.opts.logprobs is not None,
             text_offset=len(call.prompt) if isinstance(call.prompt, str) else 0,
         )
-        self._generate(build, call.opts, "prompt", fmt)
+        self._generate(build, call.opts, "prompt", fmt, code=call.suffix is not None)
 
     def _chat(self) -> None:
         call = parse_chat(parse_json(self._raw))
@@ -328,18 +332,27 @@ class Handler(JsonHandler):
             response_fields=call.response_fields,
             probs=call.opts.logprobs is not None,
         )
-        self._generate(build, call.opts, "input_prefix", fmt)
+        self._generate(build, call.opts, "input_prefix", fmt, code=True)
 
     # ------------------------------------------------------------------ generation
 
-    def _generate(self, build: Build, opts: Options, param: str, fmt: ResponseFormat) -> None:
-        """Run a completion on the worker; answer in fmt's protocol (OpenAI's, llama.cpp's)."""
-        s = self.server.session
-        metrics = self.server.metrics
+    def _generate(
+        self, build: Build, opts: Options, param: str, fmt: ResponseFormat, *, code: bool = False
+    ) -> None:
+        """Run a completion on a slot; answer in fmt's protocol (OpenAI's, llama.cpp's).
 
-        def work(cancelled: Callable[[], bool]):
+        The prompt is built here, on the handler's thread, so that the scheduler can
+        give it the slot whose cache it continues. code: an editor's completion (it
+        goes first in the queue; /infill: a newer one from the same client replaces it).
+        """
+        metrics = self.server.metrics
+        try:
             tokens, rules, info = build()
-            s.check_prompt(tokens)
+            self.server.session.check_prompt(tokens)
+        except EdgespecError as e:
+            raise from_exception(e, param) from None
+
+        def work(s: CompletionSession, cancelled: Callable[[], bool]):
             yield {"prompt_tokens": len(tokens), **info}
             req = CompletionRequest(
                 tokens,
@@ -364,14 +377,36 @@ class Handler(JsonHandler):
                     limit.saw(item)
                     yield item
 
-        job = self.server.worker.submit(work)
+        client = None
+        if self._route == "/infill":  # an editor's: one per keystroke, only the last counts
+            client = f"{self.client_address[0]} {self.headers.get('User-Agent', '')}"
+        try:
+            job = self.server.scheduler.submit(
+                work,
+                prompt=tokens,
+                priority=PRIORITY_CODE if code else PRIORITY_OTHER,
+                client=client,
+            )
+        except QueueFull as e:
+            retry = self.server.scheduler.retry_after()
+            raise ApiError(
+                503,
+                f"the server is busy ({e}); try again in {retry} s",
+                kind="server_error",
+                code="unavailable",
+                headers={"Retry-After": str(retry)},
+            ) from None
         items = job.items(poll=self._client_gone)
         try:
             prepared: Prepared | None = next(items, None)
         except EdgespecError as e:
             raise from_exception(e, param) from None
-        if prepared is None:  # the client went away while queued
-            self.close_connection = True
+        if prepared is None:
+            if job.replaced:  # a newer /infill from this client took its place
+                raise ApiError(
+                    409, "replaced by a newer request from the same client", code="replaced"
+                )
+            self.close_connection = True  # the client went away while queued
             return
         info = {k: v for k, v in prepared.items() if k in ("fim", "truncated")}
         fmt.start(prepared["prompt_tokens"], info)
@@ -416,6 +451,7 @@ ROUTES: dict[str, dict[str, Callable[[Handler], None]]] = {
     "/detokenize": {"POST": Handler._detokenize},
     "/props": {"GET": Handler._props},
     "/metrics": {"GET": Handler._metrics},
+    "/slots": {"GET": Handler._slots},
 }
 
 
@@ -427,4 +463,4 @@ def serve(server: EdgespecServer) -> None:
         print("edgespec: shutting down", file=sys.stderr)
     finally:
         server.server_close()
-        server.worker.stop()
+        server.scheduler.stop()

@@ -19,8 +19,10 @@ class ApiError(Exception):
         kind: str = "invalid_request_error",
         param: str | None = None,
         code: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
+        self.headers = headers or {}  # extra response headers (Retry-After)
         self.status = status
         self.message = message
         self.type = kind

@@ -86,8 +86,11 @@ class Metrics:
             key = (route, str(status))
             self.requests[key] = self.requests.get(key, 0) + 1
 
-    def families(self, *, processing: int, deferred: int, worker: dict[str, int]) -> list[Metric]:
-        """Every metric now; ``worker``: the worker's served/cancelled/rejected/failed counts."""
+    def families(
+        self, *, processing: int, deferred: int, worker: dict[str, int], slots: int = 1
+    ) -> list[Metric]:
+        """Every metric now; ``worker``: the jobs' counts by outcome (served, cancelled,
+        rejected, failed, refused); ``slots``: the sequences served at once."""
         with self._lock:
 
             def one(name: str, kind: str, help: str, v: float) -> Metric:
@@ -123,6 +126,8 @@ class Metrics:
                     "Number of requests processing", processing),
                 one(f"{ll}requests_deferred", "gauge",
                     "Number of requests deferred", deferred),
+                one("edgespec_slots", "gauge",
+                    "Sequences the server generates on at once (--parallel)", slots),
                 one("edgespec_completions_total", "counter",
                     "Completions run to their end or cancelled", self.completions),
                 Metric("edgespec_jobs_total", "counter",

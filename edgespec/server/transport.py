@@ -146,10 +146,14 @@ class JsonHandler(BaseHTTPRequestHandler):
                 raise ConnectionError("the client closed mid-body")
             n -= len(got)
 
-    def _send_json(self, status: int, body: dict[str, Any]) -> None:
+    def _send_json(
+        self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> None:
         data = json.dumps(body, ensure_ascii=False).encode("utf-8")
         try:
             self.send_response(status)
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.send_header("Content-Type", "application/json; charset=utf-8")
             self.send_header("Content-Length", str(len(data)))
             if self.close_connection:

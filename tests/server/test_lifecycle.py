@@ -118,7 +118,7 @@ def test_adaptive_gamma_keeps_the_prefix_cache(synthetic_models) -> None:
 
 
 class _Blocked:
-    """Occupies the server's worker with a job that waits for release(), and counts the
+    """Occupies the server's slot with a job that waits for release(), and counts the
     handlers' polls of their client (to know a queued request was looked at)."""
 
     def __init__(self, running: Running, monkeypatch) -> None:
@@ -136,12 +136,12 @@ class _Blocked:
         monkeypatch.setattr(Handler, "_client_gone", counted)
         started = threading.Event()
 
-        def work(_cancelled):
+        def work(_session, _cancelled):
             started.set()
             self.gate.wait(60)
             yield from ()
 
-        self.job = running.server.worker.submit(work)
+        self.job = running.server.scheduler.submit(work)
         wait_for(started.is_set)
 
     def release(self) -> None:
@@ -168,7 +168,7 @@ def test_a_half_closed_client_waiting_in_the_queue_still_gets_its_answer(
     s = _send_infill(fim_server, {**BODY, "n_predict": 5})
     try:
         s.shutdown(socket.SHUT_WR)  # done sending, still reading
-        wait_for(lambda: fim_server.server.worker.queued >= 1)
+        wait_for(lambda: fim_server.server.scheduler.queued >= 1)
         n = len(blocked.polls)
         # its handler has looked at the half-closed socket (or given up on it)
         wait_for(lambda: len(blocked.polls) >= n + 3 or any(blocked.polls))
@@ -187,7 +187,7 @@ def test_a_client_that_closed_while_queued_is_cancelled(fim_server: Running, mon
     blocked = _Blocked(fim_server, monkeypatch)
     cancelled = fim_server.health()["cancelled"]
     s = _send_infill(fim_server, {**BODY, "n_predict": -1})
-    wait_for(lambda: fim_server.server.worker.queued >= 1)
+    wait_for(lambda: fim_server.server.scheduler.queued >= 1)
     s.close()
     wait_for(lambda: any(blocked.polls))  # its handler noticed
     blocked.release()

@@ -1,0 +1,311 @@
+"""Several sequences in one llama.cpp context, their decodes batched across threads.
+
+A server runs each request on its own thread through the same engine code as a
+lone request, against a ``SequenceView``: a LlamaModel for one sequence id. A
+view's decode hands its rows to the context's ``Batcher``; the first thread that
+finds the context free (the leader) gathers the rows of every sequence that is
+waiting, up to n_batch rows, runs one llama_decode for all of them, and gives each
+thread a copy of its own logit rows. The leader waits a little (``Batcher.window``)
+for sequences still busy between two decodes, so that sequences in step share a
+decode instead of taking turns.
+
+Exactness: each sequence has a KV stream of its own (``kv_unified`` false), so its
+cells sit at the same indices, and attention reads the same cells in the same
+order, whatever the other sequences hold; with edgespec's batch-invariant kernels a
+row's matmuls give the same result whatever else the batch holds. A request's
+logits are then bit-identical to the same request decoded alone
+(tests/test_parallel.py checks it against a one-sequence context).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import llama_cpp as ll
+import numpy as np
+
+from ..errors import BackendError, ContextFullError
+
+LlamaModel = Any  # edgespec.backend.model.LlamaModel (which imports this module)
+
+#: The longest a leader waits for sequences busy between decodes (seconds) ...
+MAX_WAIT_S = 0.004
+#: ... and at most this share of the last decode's time.
+WAIT_SHARE = 0.15
+#: A prompt is decoded in pieces of this many tokens while other sequences are
+#: working, so that their rounds go on between the pieces.
+PREFILL_PIECE = 128
+
+
+@dataclass
+class _Part:
+    """One view's rows waiting for a decode."""
+
+    view: SequenceView
+    tokens: Sequence[int]
+    want: list[bool]
+    since: float = field(default_factory=time.perf_counter)
+    done: bool = False
+    logits: np.ndarray | None = None
+    error: BaseException | None = None
+
+
+class Batcher:
+    """Merges the decodes of one context's sequences into shared llama_decode calls."""
+
+    def __init__(self, model: LlamaModel) -> None:
+        self.model = model
+        self._cv = threading.Condition()
+        self._pending: list[_Part] = []
+        self._busy = False  # a decode or a cache edit is running on the context
+        self.working: set[int] = set()  # sequences inside a generation
+        self.last_rows: dict[int, int] = {}  # rows each sequence had in the last decode
+        self.last_decode_s = 0.0
+        self.decodes = 0  # llama_decode calls made
+        self.shared = 0  # ... of which carried more than one sequence
+        self.rows = 0  # rows decoded in all
+
+    # ------------------------------------------------------------------ waiting
+
+    @property
+    def window(self) -> float:
+        """How long a leader waits for working sequences that have not submitted yet."""
+        return min(MAX_WAIT_S, WAIT_SHARE * self.last_decode_s)
+
+    def _ready(self, now: float) -> bool:
+        if not self._pending or self._busy:
+            return False
+        waiting = {p.view.seq_id for p in self._pending}
+        return self.working <= waiting or now - self._pending[0].since >= self.window
+
+    def _take(self) -> list[_Part]:
+        """The oldest pending parts that fit one batch (the oldest always goes)."""
+        room = self.model.n_batch
+        batch, rest = [], []
+        for part in self._pending:
+            if len(part.tokens) <= room and part.view.seq_id not in {p.view.seq_id for p in batch}:
+                batch.append(part)
+                room -= len(part.tokens)
+            else:
+                rest.append(part)
+        self._pending = rest
+        return batch
+
+    def decode(self, view: SequenceView, tokens: Sequence[int], want: list[bool]) -> np.ndarray:
+        """Decode tokens for view (at its next positions); its wanted rows, copied."""
+        part = _Part(view, tokens, want)
+        with self._cv:
+            self._pending.append(part)
+            self._cv.notify_all()
+            while not part.done:
+                now = time.perf_counter()
+                if self._ready(now):
+                    self._lead(self._take())
+                    continue
+                wait = None
+                if self._pending and not self._busy:
+                    wait = max(1e-4, self._pending[0].since + self.window - now)
+                self._cv.wait(wait)
+        if part.error is not None:
+            raise part.error
+        assert part.logits is not None
+        return part.logits
+
+    def _lead(self, batch: list[_Part]) -> None:
+        """Run one decode for batch (called holding the lock; released meanwhile)."""
+        self._busy = True
+        self._cv.release()
+        t0 = time.perf_counter()
+        try:
+            results = self.model._decode_parts(
+                [(p.view.seq_id, len(p.view.tokens), p.tokens, p.want) for p in batch]
+            )
+            for p, logits in zip(batch, results, strict=True):
+                p.logits = logits
+        except BaseException as exc:  # every part of a failed decode fails alike
+            for p in batch:
+                p.view._resync()
+                p.error = exc if isinstance(exc, BackendError) else BackendError(str(exc))
+        finally:
+            elapsed = time.perf_counter() - t0
+            self._cv.acquire()
+            self._busy = False
+            self.last_decode_s = elapsed
+            self.decodes += 1
+            self.shared += len(batch) > 1
+            self.rows += sum(len(p.tokens) for p in batch)
+            self.last_rows = {p.view.seq_id: len(p.tokens) for p in batch}
+            for p in batch:
+                p.view.shared_last = len(batch) > 1
+            for p in batch:
+                p.done = True
+            self._cv.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold the context alone (no decode runs meanwhile): for KV cache edits."""
+        with self._cv:
+            while self._busy:
+                self._cv.wait()
+            self._busy = True
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._busy = False
+                self._cv.notify_all()
+
+    def rows_elsewhere(self, seq_id: int) -> int:
+        """Rows the other working sequences had in the last decode (0 when alone)."""
+        with self._cv:
+            return sum(n for s, n in self.last_rows.items() if s != seq_id and s in self.working)
+
+
+_batchers: dict[int, Batcher] = {}
+
+
+def batcher_of(model: LlamaModel) -> Batcher:
+    """The Batcher of model's context (one per context)."""
+    return _batchers.setdefault(id(model), Batcher(model))
+
+
+class SequenceView:
+    """One sequence of a multi-sequence LlamaModel, usable wherever a LlamaModel is.
+
+    It tracks its own tokens and KV cells (positions 0..n-1 of its sequence id);
+    vocabulary, file and thread facts are the model's. ``working()`` marks it as in
+    a generation, which leaders wait for.
+    """
+
+    def __init__(self, model: LlamaModel, seq_id: int, batcher: Batcher) -> None:
+        self.model = model
+        self.seq_id = seq_id
+        self.batcher = batcher
+        self.tokens: list[int] = []
+        self.redecodes = 0
+        self.shared_last = False  # the last decode carried other sequences' rows
+
+    def __getattr__(self, name: str):
+        # vocabulary, path, n_vocab, n_batch, n_threads, rpc, ...: the model's
+        return getattr(self.model, name)
+
+    @property
+    def n_ctx(self) -> int:
+        """Cells this sequence holds."""
+        return self.model.n_ctx
+
+    @contextlib.contextmanager
+    def working(self) -> Iterator[None]:
+        """Mark this sequence as inside a generation for the duration."""
+        b = self.batcher
+        with b._cv:
+            b.working.add(self.seq_id)
+        try:
+            yield
+        finally:
+            with b._cv:
+                b.working.discard(self.seq_id)
+                b._cv.notify_all()
+
+    def rows_elsewhere(self) -> int:
+        """Rows the other working sequences added to the last decode."""
+        return self.batcher.rows_elsewhere(self.seq_id)
+
+    def alone(self) -> bool:
+        """True when no other sequence of the context is in a generation."""
+        with self.batcher._cv:
+            return not (self.batcher.working - {self.seq_id})
+
+    def last_was_shared(self) -> bool:
+        """True when this sequence's last decode carried other sequences' rows."""
+        return self.shared_last
+
+    def decode(self, tokens: Sequence[int], *, logits: str | Sequence[int] = "last") -> np.ndarray:
+        """As LlamaModel.decode, for this sequence; the rows are a copy."""
+        n = len(tokens)
+        if n == 0:
+            raise BackendError("decode called with no tokens")
+        if len(self.tokens) + n > self.n_ctx:
+            raise ContextFullError(
+                f"context full: {len(self.tokens)} + {n} tokens exceed the context of {self.n_ctx}"
+            )
+        if isinstance(logits, str):
+            rows = {"last": [n - 1], "all": list(range(n)), "none": []}[logits]
+        else:
+            rows = list(logits)
+        n_batch = self.model.n_batch
+        last_start = (n - 1) // n_batch * n_batch
+        if any(not (last_start <= r < n) for r in rows):
+            raise BackendError(f"logits requested outside the last batch of {n_batch} tokens")
+        wanted = set(rows)
+        out = np.empty((0, self.model.n_vocab), dtype=np.float32)
+        for start, end in self._pieces(n, last_start):
+            chunk = tokens[start:end]
+            out = self.batcher.decode(self, chunk, [start + i in wanted for i in range(len(chunk))])
+            self.tokens.extend(chunk)
+        return out
+
+    def _pieces(self, n: int, last_start: int) -> Iterator[tuple[int, int]]:
+        """Where to cut n tokens: batches of n_batch, the rows-free ones in smaller
+        pieces while other sequences work (their rounds go between them)."""
+        n_batch = self.model.n_batch
+        for start in range(0, n, n_batch):
+            end = min(n, start + n_batch)
+            if start < last_start and self.batcher.working - {self.seq_id}:
+                for s in range(start, end, PREFILL_PIECE):
+                    yield s, min(end, s + PREFILL_PIECE)
+            else:
+                yield start, end
+
+    def truncate(self, n: int) -> None:
+        """Roll this sequence back to its first n tokens."""
+        if n >= len(self.tokens):
+            return
+        if n < 0:
+            raise BackendError(f"cannot truncate to {n} tokens")
+        mem = self.model._mem
+        with self.batcher.exclusive():
+            ok = ll.llama_memory_seq_rm(mem, self.seq_id, n, -1)
+            pos_max = ll.llama_memory_seq_pos_max(mem, self.seq_id)
+        if ok and pos_max == n - 1:
+            del self.tokens[n:]
+            return
+        keep = self.tokens[:n]  # partial removal refused (recurrent memory): rebuild
+        self.reset()
+        self.redecodes += 1
+        if keep:
+            self.decode(keep, logits="none")
+
+    def reset(self) -> None:
+        """Empty this sequence's cells (the others keep theirs)."""
+        with self.batcher.exclusive():
+            ll.llama_memory_seq_rm(self.model._mem, self.seq_id, -1, -1)
+        self.tokens.clear()
+
+    def reuse_prefix(self, tokens: Sequence[int]) -> int:
+        """As LlamaModel.reuse_prefix, for this sequence."""
+        n = 0
+        limit = min(len(self.tokens), len(tokens) - 1)
+        while n < limit and self.tokens[n] == tokens[n]:
+            n += 1
+        self.truncate(n)
+        return n
+
+    def common_prefix(self, tokens: Sequence[int]) -> int:
+        """Tokens this sequence's cache shares with the start of ``tokens``."""
+        n, limit = 0, min(len(self.tokens), len(tokens))
+        while n < limit and self.tokens[n] == tokens[n]:
+            n += 1
+        return n
+
+    def _resync(self) -> None:
+        # called by a leader, holding the context: drop cells past what we track
+        ll.llama_memory_seq_rm(self.model._mem, self.seq_id, len(self.tokens), -1)
+
+    def close(self) -> None:
+        """Nothing: the model owns the context."""
