@@ -1,0 +1,179 @@
+"""A parallel server (--parallel 4) on loopback, driven by concurrent real clients.
+
+Outputs equal the serial server's; clients that leave mid-stream free their slot
+while the others go on; a full queue answers 503 with Retry-After; /slots,
+/health and /metrics show the slots.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from openai import OpenAI
+
+from edgespec.completion.session import CompletionSession, load_session
+
+from .conftest import Running, start
+
+PROMPTS = [
+    f"def function_{i}(x):\n    return x + {i}\n\ndef function_{i + 1}(x):" for i in range(16)
+]
+
+
+def wait_for(cond, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+@pytest.fixture(scope="module")
+def parallel_session(synthetic_models: dict[str, Path]) -> CompletionSession:
+    return load_session(
+        str(synthetic_models["target_fim"]), "ngram", gamma="auto", n_ctx=512, parallel=4
+    )
+
+
+@pytest.fixture(scope="module")
+def parallel_server(parallel_session: CompletionSession) -> Iterator[Running]:
+    running = start(parallel_session)
+    yield running
+    running.server.close()
+
+
+@pytest.fixture(scope="module")
+def serial_answers(synthetic_models: dict[str, Path]) -> list[str]:
+    """The same completions from a one-slot server, one after another."""
+    session = load_session(str(synthetic_models["target_fim"]), "ngram", gamma=4, n_ctx=512)
+    running = start(session)
+    try:
+        client = OpenAI(base_url=running.base + "/v1", api_key="x")
+        return [
+            client.completions.create(model="m", prompt=p, max_tokens=24, temperature=0)
+            .choices[0]
+            .text
+            for p in PROMPTS
+        ]
+    finally:
+        running.server.close()
+        session.target.close()
+
+
+def test_sixteen_streaming_clients_at_once_get_the_serial_outputs(
+    parallel_server: Running, serial_answers: list[str]
+) -> None:
+    client = OpenAI(base_url=parallel_server.base + "/v1", api_key="x", max_retries=0)
+    got: list[str | None] = [None] * len(PROMPTS)
+
+    def one(i: int) -> None:
+        stream = client.completions.create(
+            model="m", prompt=PROMPTS[i], max_tokens=24, temperature=0, stream=True
+        )
+        got[i] = "".join(chunk.choices[0].text for chunk in stream if chunk.choices)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(PROMPTS))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert got == serial_answers
+    views = [s.session.target for s in parallel_server.server.scheduler.slots]
+    assert len({v.seq_id for v in views}) == 4
+    assert views[0].batcher.shared > 0  # rounds of several requests shared decodes
+
+
+def _stream_request(running: Running, prompt: str, max_tokens: int) -> socket.socket:
+    host, port = running.base.removeprefix("http://").split(":")
+    body = json.dumps(
+        {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}
+    ).encode()
+    s = socket.create_connection((host, int(port)), timeout=60)
+    s.sendall(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    return s
+
+
+def test_a_client_leaving_mid_stream_frees_its_slot_while_others_finish(
+    parallel_server: Running, serial_answers: list[str]
+) -> None:
+    cancelled = parallel_server.health()["cancelled"]
+    leaver = _stream_request(parallel_server, "a b c d e f g", 400)
+    seen = b""
+    while b"data:" not in seen:  # it is streaming
+        chunk = leaver.recv(4096)
+        assert chunk
+        seen += chunk
+    client = OpenAI(base_url=parallel_server.base + "/v1", api_key="x", max_retries=0)
+    out: list[str] = []
+    t = threading.Thread(
+        target=lambda: out.append(
+            client.completions.create(model="m", prompt=PROMPTS[3], max_tokens=24, temperature=0)
+            .choices[0]
+            .text
+        )
+    )
+    t.start()
+    leaver.close()
+    t.join(120)
+    assert out == [serial_answers[3]]
+    wait_for(lambda: parallel_server.health()["cancelled"] > cancelled)
+    wait_for(lambda: parallel_server.health()["slots_processing"] == 0)
+
+
+def test_slots_health_and_metrics_show_the_slots(parallel_server: Running) -> None:
+    status, slots = parallel_server.request("GET", "/slots")
+    assert status == 200 and [s["id"] for s in slots] == [0, 1, 2, 3]
+    assert all(s["n_ctx"] >= 512 and s["is_processing"] is False for s in slots)
+    assert max(s["n_cached"] for s in slots) > 0  # the earlier requests left their caches
+    health = parallel_server.health()
+    assert (health["slots"], health["slots_idle"]) == (4, 4)
+    status, text = parallel_server.request("GET", "/metrics")
+    assert "edgespec_slots 4" in text
+
+
+def test_a_full_queue_answers_503_with_retry_after(synthetic_models: dict[str, Path]) -> None:
+    session = load_session(str(synthetic_models["target_fim"]), "ngram", gamma=4, n_ctx=512)
+    running = start(session, max_queue=1)
+    gate, started = threading.Event(), threading.Event()
+
+    def blocked(_s, _cancelled):
+        started.set()
+        gate.wait(60)
+        yield from ()
+
+    try:
+        job = running.server.scheduler.submit(blocked)
+        assert started.wait(10)
+        queued = _stream_request(running, "x", 4)  # takes the one place in the queue
+        wait_for(lambda: running.server.scheduler.queued == 1)
+        host, port = running.base.removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        conn.request(
+            "POST",
+            "/v1/completions",
+            json.dumps({"prompt": "y", "max_tokens": 4}),
+            {"Content-Type": "application/json"},
+        )
+        resp = conn.getresponse()
+        body = json.loads(resp.read())
+        assert resp.status == 503
+        assert int(resp.getheader("Retry-After")) >= 1
+        assert body["error"]["code"] == "unavailable"
+        assert running.health()["refused"] == 1
+        gate.set()
+        list(job.items())
+        assert b"200 OK" in queued.recv(4096)  # the queued one is served after all
+        queued.close()
+    finally:
+        gate.set()
+        running.server.close()
+        session.target.close()
