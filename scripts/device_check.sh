@@ -30,7 +30,8 @@
 #
 # A dry run here, without a GPU (CPU build, 0 GPU layers, a small "big" model):
 #   DEVICE_CHECK_CPU=1 OUT=/tmp/dc-out PYTHON=.venv/bin/python bash scripts/device_check.sh
-# (PYTHON needs packaging and pathspec, scikit-build-core's dependencies, importable.)
+# (PYTHON needs packaging and pathspec, scikit-build-core's dependencies, importable;
+# DEVICE_CHECK_BUILD=0 skips the build and uses the llama_cpp PYTHON already has.)
 set -uo pipefail
 { # the whole script is one block: bash reads it all before running (safe to edit meanwhile)
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -205,7 +206,8 @@ info = {
 try:
     import llama_cpp
     info["llama_cpp"] = {"version": llama_cpp.__version__, "file": llama_cpp.__file__,
-                         "gpu_offload": bool(llama_cpp.llama_supports_gpu_offload())}
+                         "gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),
+                         "system_info": llama_cpp.llama_print_system_info().decode()}
 except Exception as e:  # recorded, not fatal
     info["llama_cpp"] = f"import failed: {e!r}"
 models = os.path.join(os.environ["WORK"], "models")
@@ -229,7 +231,19 @@ nvidia-smi -L 2>/dev/null || echo "no nvidia-smi"
 export PYTHONPATH="$WORK/pysite:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 step wheels 60 install_wheels
-step build "${DEVICE_CHECK_BUILD_S:-420}" build_llama
+if [ "${DEVICE_CHECK_BUILD:-1}" = 0 ]; then  # (dry runs: the llama_cpp $PY already has)
+  STEP_RC[build]=0
+else
+  step build "${DEVICE_CHECK_BUILD_S:-420}" build_llama
+fi
+# a configure that failed at once on "native" (no GPU seen at build time): the H200's 90
+if [ "${STEP_RC[build]}" != 0 ] && [ "${STEP_S[build]:-999}" -lt 90 ] &&
+  [[ "$CMAKE_ARGS" == *ARCHITECTURES=native* ]]; then
+  CMAKE_ARGS="${CMAKE_ARGS/ARCHITECTURES=native/ARCHITECTURES=90}"
+  export CMAKE_ARGS
+  rm -rf "$WORK/build"
+  step build "${DEVICE_CHECK_BUILD_S:-420}" build_llama
+fi
 write_setup  # now, and again at the end: a run cut short still says how the build went
 if [ "${STEP_RC[build]}" = 0 ]; then
   export PYTHONPATH="$WORK/site:$PYTHONPATH"

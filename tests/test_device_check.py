@@ -259,3 +259,14 @@ def test_cuda_lib_args_find_pip_cublas(tmp_path: Path) -> None:
     assert f"-DCUDA_cublasLt_LIBRARY={links}/libcublasLt.so" in out
     assert f"-DCMAKE_CUDA_FLAGS=-I{site}/include" in out
     assert (links / "libcublas.so").resolve() == site / "lib" / "libcublas.so.13"
+
+
+def test_context_overrides_change_llama_cpp_defaults_for_a_while() -> None:
+    variants = _load("variants")
+    from edgespec.backend import ll
+
+    default = ll.llama_context_default_params().flash_attn_type
+    with variants.context_overrides({"flash_attn_type": variants.FA_OFF, "type_k": 0}):
+        params = ll.llama_context_default_params()
+        assert (params.flash_attn_type, params.type_k) == (variants.FA_OFF, 0)
+    assert ll.llama_context_default_params().flash_attn_type == default != variants.FA_OFF

@@ -59,9 +59,9 @@ def context_overrides(fields: dict[str, int]) -> Iterator[None]:
     """Have every LlamaModel made inside start from llama.cpp's context defaults with
     ``fields`` changed (edgespec's own settings still apply on top: on a CPU, its
     BF16 KV cache)."""
-    import edgespec.backend as backend
+    from edgespec.backend import ll  # llama_cpp, loaded after edgespec set the kernel mode
 
-    original = backend.ll.llama_context_default_params
+    original = ll.llama_context_default_params
 
     def patched():
         params = original()
@@ -69,11 +69,11 @@ def context_overrides(fields: dict[str, int]) -> Iterator[None]:
             setattr(params, name, value)
         return params
 
-    backend.ll.llama_context_default_params = patched
+    ll.llama_context_default_params = patched  # the module's: every caller sees it
     try:
         yield
     finally:
-        backend.ll.llama_context_default_params = original
+        ll.llama_context_default_params = original
 
 
 def verify_ratio(model, k: int = 9, reps: int = 7, depth: int = 64) -> dict:
