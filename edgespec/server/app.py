@@ -372,20 +372,30 @@ class Handler(JsonHandler):
                     if limit.reached and item.stop == "cancelled" and not cancelled():
                         item = dataclasses.replace(item, stop="time_limit")
                     metrics.record_completion(item.stats)
-                    yield Outcome(item, len(s.target.tokens))
+                    yield Outcome(item, len(s.target.tokens), getattr(s.target, "seq_id", 0))
                 else:
                     limit.saw(item)
                     yield item
 
         client = None
-        if self._route == "/infill":  # an editor's: one per keystroke, only the last counts
+        if self._route == "/infill" and opts.max_tokens != 0:
+            # an editor's completion: one per keystroke, only the last counts (a cache
+            # warm-up, n_predict 0 as llama.vim's ring updates, neither replaces nor is)
             client = f"{self.client_address[0]} {self.headers.get('User-Agent', '')}"
+        n_slots = len(self.server.scheduler.slots)
+        if opts.id_slot >= n_slots:
+            raise bad_request(
+                f"id_slot must be -1 or below {n_slots} (the server has {n_slots} slots)",
+                param="id_slot",
+                code="invalid_value",
+            )
         try:
             job = self.server.scheduler.submit(
                 work,
                 prompt=tokens,
                 priority=PRIORITY_CODE if code else PRIORITY_OTHER,
                 client=client,
+                slot=opts.id_slot,
             )
         except QueueFull as e:
             retry = self.server.scheduler.retry_after()

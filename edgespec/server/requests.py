@@ -42,6 +42,7 @@ class Options:
     cache_prompt: bool = True  # False: the prompt is evaluated afresh (the KV cache emptied)
     grammar: Grammar | None = None  # grammar, json_schema or response_format
     logprobs: int | None = None  # top alternatives per token; None: no logprobs
+    id_slot: int = -1  # llama-server's: the slot to run on (-1: the best free one)
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,12 @@ def _options(f: Fields, max_tokens: int, kind: str) -> Options:
         cache_prompt=f.boolean("cache_prompt", True),
         grammar=parse_grammar(f),
         logprobs=parse_logprobs(f, kind),
+        id_slot=_or(f.integer("id_slot", -1, minimum=-1), -1),
     )
+
+
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value
 
 
 def _max_lines(f: Fields, default: int | None) -> int | None:

@@ -34,10 +34,12 @@ class Outcome:
             ``t_max_predict_ms`` ended it).
         tokens_cached: tokens in the target's KV cache after the request
             (llama-server's ``tokens_cached``).
+        slot: the slot that ran it (llama-server's ``id_slot``).
     """
 
     result: CompletionResult
     tokens_cached: int
+    slot: int = 0
 
     @property
     def finish_reason(self) -> str:
@@ -284,7 +286,7 @@ class InfillFormat:
             "index": 0,
             "content": "" if streamed else result.text,
             "tokens": [] if streamed else list(result.tokens),
-            "id_slot": 0,
+            "id_slot": outcome.slot,
             "stop": True,
             "model": self.session.name,
             "tokens_predicted": len(result.tokens),

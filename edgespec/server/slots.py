@@ -59,8 +59,10 @@ class Job:
         priority: int = PRIORITY_OTHER,
         client: str | None = None,
         task: int = 0,
+        slot: int = -1,
     ) -> None:
         self.work = work
+        self.slot = slot  # the slot it must run on (-1: any)
         self.prompt = prompt or []
         self.priority = priority
         self.client = client  # who sent it, for replacing an editor's stale /infill
@@ -190,8 +192,11 @@ class Scheduler:
         prompt: list[int] | None = None,
         priority: int = PRIORITY_OTHER,
         client: str | None = None,
+        slot: int = -1,
     ) -> Job:
         """Queue work for a slot; QueueFull when every slot is busy and the queue is full.
+
+        slot: the slot it must run on (llama-server's id_slot), -1 for the best free one.
 
         A job with a ``client`` cancels that client's earlier jobs (queued or running):
         an editor sends a new /infill on each keystroke and wants only the last.
@@ -204,7 +209,14 @@ class Scheduler:
             if not free and len(waiting) >= self.max_queue:
                 self.refused += 1
                 raise QueueFull(f"{len(self.slots)} slots busy and {len(waiting)} requests queued")
-            job = Job(work, prompt=prompt, priority=priority, client=client, task=next(self._tasks))
+            job = Job(
+                work,
+                prompt=prompt,
+                priority=priority,
+                client=client,
+                task=next(self._tasks),
+                slot=slot,
+            )
             if client is not None:
                 running = [s.job for s in self.slots if s.job is not None]
                 for old in [*self._queue, *running]:
@@ -241,11 +253,16 @@ class Scheduler:
             self._queue.remove(job)
             self.cancelled += 1
             job.put(_END)
-        if not self._queue:
-            return None
-        job = min(self._queue, key=lambda j: (j.priority, j.task))
         free = [s for s in self.slots if s.job is None]
-        best = max(free, key=lambda s: (_common_prefix(s.cached(), job.prompt), -s.last_used))
+        # (a job pinned to a busy slot waits for it, and lets the others go by)
+        ready = [j for j in self._queue if j.slot < 0 or self.slots[j.slot] in free]
+        if not ready:
+            return None
+        job = min(ready, key=lambda j: (j.priority, j.task))
+        if job.slot >= 0:
+            best = self.slots[job.slot]
+        else:
+            best = max(free, key=lambda s: (_common_prefix(s.cached(), job.prompt), -s.last_used))
         if best is not slot:
             self._cv.notify_all()  # (that slot's thread takes it)
             return None

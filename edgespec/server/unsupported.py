@@ -70,7 +70,6 @@ NEUTRAL: dict[str, Neutral] = {
     "ignore_eos": _is(False),
     "n_keep": _is(0, -1),  # edgespec never shifts the context: it stops when full
     "n_discard": _is(0),
-    "id_slot": _is(-1, 0),  # one slot, 0
     "lora": _empty,
     "return_progress": _is(False),
     "timings_per_token": _is(False),

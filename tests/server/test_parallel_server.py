@@ -177,3 +177,11 @@ def test_a_full_queue_answers_503_with_retry_after(synthetic_models: dict[str, P
         gate.set()
         running.server.close()
         session.target.close()
+
+
+def test_id_slot_picks_the_slot_and_a_missing_one_is_a_400(parallel_server: Running) -> None:
+    body = {"input_prefix": "def f(x):\n    ", "input_suffix": "\n", "n_predict": 4}
+    status, answer = parallel_server.request("POST", "/infill", {**body, "id_slot": 2})
+    assert status == 200 and answer["id_slot"] == 2
+    status, answer = parallel_server.request("POST", "/infill", {**body, "id_slot": 4})
+    assert status == 400 and answer["error"]["param"] == "id_slot"

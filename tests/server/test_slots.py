@@ -213,3 +213,17 @@ def test_a_full_queue_refuses_at_once() -> None:
     gate.set()
     assert [list(j.items()) for j in waiting] == [[0], [1]]
     w.stop()
+
+
+def test_a_job_pinned_to_a_busy_slot_waits_for_it_and_lets_others_by() -> None:
+    w = Worker(2)
+    gate, started = threading.Event(), threading.Event()
+    w.submit(_blocker(gate, started), slot=0)
+    assert started.wait(5)
+    pinned = w.submit(lambda s, c: iter([s]), slot=0)
+    free = w.submit(lambda s, c: iter([s]))
+    assert list(free.items()) == [w.slots[1].session]  # went by on the free slot
+    assert w.queued == 1
+    gate.set()
+    assert list(pinned.items()) == [w.slots[0].session]
+    w.stop()
