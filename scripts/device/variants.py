@@ -157,7 +157,8 @@ def run_variants(
 
 if __name__ == "__main__":
     if len(sys.argv) == 5 and sys.argv[1] == "--child":
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        here = Path(__file__).resolve().parent
+        sys.path[:0] = [str(here), str(here.parent.parent)]  # measure; edgespec
         result = child(json.loads(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4]))
         print(json.dumps(result))
         sys.exit(0)
