@@ -496,3 +496,42 @@ def test_a_draft_that_cannot_pay_is_not_probed_when_the_target_slows_down() -> N
     for _ in range(20):
         p.observe(0, 0, verify_s=1.3 * CPU.cost(1))
     assert [p.choose(16) for _ in range(4 * FIRST_PROBE_AFTER)] == [0] * (4 * FIRST_PROBE_AFTER)
+
+
+class _Share:
+    """A parallel slot's view of the joint decode, as the policy asks it."""
+
+    def __init__(self, rows: int, shared: bool = True) -> None:
+        self.rows, self.shared = rows, shared
+
+    def rows_elsewhere(self) -> int:
+        return self.rows
+
+    def alone(self) -> bool:
+        return self.rows == 0
+
+    def last_was_shared(self) -> bool:
+        return self.shared
+
+
+def test_beside_other_sequences_a_round_pays_only_for_its_own_rows() -> None:
+    # a call's fixed part is paid once per decode, by whoever shares it: beside
+    # 8 other rows, drafting 4 tokens costs 4 more rows, not 4 more rows and a call
+    fixed_heavy = CostCurve(
+        model="m", key="k", seconds=tuple(0.05 + 0.002 * k for k in range(1, 49))
+    )
+    policy = AdaptiveGamma(fixed_heavy, draft_step_s=0.0)
+    alone = policy.round_costs(4)
+    policy.share = _Share(8)
+    shared = policy.round_costs(4, shared=8)
+    assert alone[0] == pytest.approx(0.052) and shared[0] == pytest.approx(0.002)
+    assert shared[4] - shared[0] == pytest.approx(alone[4] - alone[0])
+    # at 40% acceptance a long draft pays for the fixed part alone, not beside others
+    for _ in range(50):
+        policy.observe(4, 1, 0.06)  # (shared: teaches acceptance, no cost scale)
+    assert policy.scale == pytest.approx(1.0)
+    policy.share = None
+    g_alone = policy.choose(16, match_len=8)
+    policy.share = _Share(8)
+    g_shared = policy.choose(16, match_len=8)
+    assert g_alone > 0 and g_shared < g_alone
