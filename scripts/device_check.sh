@@ -42,6 +42,12 @@ CPU_ONLY="${DEVICE_CHECK_CPU:-0}"
 OUT="${OUT:-$ROOT/device-out}"
 WORK="${DEVICE_WORK:-/tmp/edgespec-device}"
 PY="${PYTHON:-python3}"
+# the models (4 GB): in memory (/dev/shm) when it has 10 GB free, a disk write less
+MODELS="$WORK/models"
+shm_kb="$(df -k --output=avail /dev/shm 2>/dev/null | tail -1 | tr -d ' ')"
+[ "$CPU_ONLY" != 1 ] && [ "${shm_kb:-0}" -gt 10485760 ] 2>/dev/null &&
+  MODELS=/dev/shm/edgespec-models
+MODELS="${DEVICE_MODELS:-$MODELS}"
 LLAMA_VERSION="$(grep -o 'llama-cpp-python==[^"]*' pyproject.toml | cut -d= -f3)"
 mkdir -p "$OUT" "$WORK"
 exec > >(tee -a "$OUT/log.txt") 2>&1
@@ -153,10 +159,10 @@ build_llama() {
 }
 
 write_models() {
-  [ -f "$WORK/models/draft_noisy.gguf" ] || "$PY" scripts/make_test_models.py "$WORK/models" || return 1
-  [ -f "$WORK/models/big_draft.gguf" ] ||
-    "$PY" scripts/device/big_model.py "$WORK/models" $BIG_SHAPE || return 1  # (split)
-  ls -la "$WORK/models"
+  [ -f "$MODELS/draft_noisy.gguf" ] || "$PY" scripts/make_test_models.py "$MODELS" || return 1
+  [ -f "$MODELS/big_draft.gguf" ] ||
+    "$PY" scripts/device/big_model.py "$MODELS" $BIG_SHAPE || return 1  # (split)
+  ls -la "$MODELS"
 }
 
 kernel_check() {
@@ -166,7 +172,7 @@ kernel_check() {
       | tee "$OUT/kernel_check.txt"
     return 0
   fi
-  "$PY" scripts/kernel_check.py --model "$WORK/models/big_target.gguf" --threads 1 \
+  "$PY" scripts/kernel_check.py --model "$MODELS/big_target.gguf" --threads 1 \
     --gpu-layers "$GPU_LAYERS" 2>&1 | tee "$OUT/kernel_check.txt"
 }
 
@@ -176,7 +182,7 @@ write_setup() {
   for name in "${!STEP_RC[@]}"; do
     steps+="\"$name\": {\"rc\": \"${STEP_RC[$name]}\", \"seconds\": ${STEP_S[$name]:-null}},"
   done
-  STEPS="{${steps%,}}" CMAKE_ARGS="$CMAKE_ARGS" GPU_LAYERS="$GPU_LAYERS" WORK="$WORK" \
+  STEPS="{${steps%,}}" CMAKE_ARGS="$CMAKE_ARGS" GPU_LAYERS="$GPU_LAYERS" MODELS="$MODELS" \
     "$PY" - >"$OUT/setup.json" <<'EOF'
 import json, os, platform, subprocess, sys
 from importlib import metadata
@@ -210,9 +216,10 @@ try:
                          "system_info": llama_cpp.llama_print_system_info().decode()}
 except Exception as e:  # recorded, not fatal
     info["llama_cpp"] = f"import failed: {e!r}"
-models = os.path.join(os.environ["WORK"], "models")
+models = os.environ["MODELS"]
 if os.path.isdir(models):
     info["models_bytes"] = {f: os.path.getsize(os.path.join(models, f)) for f in os.listdir(models)}
+info["models_dir"] = models
 print(json.dumps(info, indent=1))
 EOF
 }
@@ -224,7 +231,7 @@ if [ "$CPU_ONLY" != 1 ]; then
     export LD_LIBRARY_PATH="$cublas_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   fi
 fi
-export ROOT OUT WORK PY LLAMA_VERSION CMAKE_ARGS JOBS GPU_LAYERS BIG_SHAPE
+export ROOT OUT WORK MODELS PY LLAMA_VERSION CMAKE_ARGS JOBS GPU_LAYERS BIG_SHAPE
 export -f install_wheels build_llama write_models kernel_check
 echo "edgespec device check: $(date -u +%FT%TZ) on $(hostname), budget ${BUDGET} s"
 nvidia-smi -L 2>/dev/null || echo "no nvidia-smi"
@@ -249,7 +256,7 @@ if [ "${STEP_RC[build]}" = 0 ]; then
   export PYTHONPATH="$WORK/site:$PYTHONPATH"
   export EDGESPEC_CACHE_DIR="$WORK/cache"
   if step models 90 write_models; then
-    step checks 400 "$PY" scripts/device/checks.py --models "$WORK/models" --out "$OUT" \
+    step checks 400 "$PY" scripts/device/checks.py --models "$MODELS" --out "$OUT" \
       --gpu-layers "$GPU_LAYERS"
     step kernel_check 60 kernel_check
   fi
