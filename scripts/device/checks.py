@@ -57,7 +57,8 @@ class Checks:
         )
 
     def write(self, name: str) -> None:
-        """Write ``name``.json (and the summary) now."""
+        """Write ``name``.json and the summary (with the goals so far) now."""
+        self.summary["goals"] = goals(self.files)
         if name != "summary":
             (self.out / f"{name}.json").write_text(json.dumps(self.files[name], indent=1))
         (self.out / "summary.json").write_text(json.dumps(self.summary, indent=1))
@@ -77,6 +78,7 @@ class Checks:
     # --- the parts ----------------------------------------------------------
 
     def tiny_greedy(self) -> dict:
+        """Greedy speculative == plain: the tiny target with three drafts."""
         gammas, tokens = ((1, 4), 24) if self.quick else ((1, 2, 4, 8), 48)
         with self.load("target", 512) as t:
             drafts = {name: self.load(name, 512) for name in TINY_DRAFTS}
@@ -87,6 +89,7 @@ class Checks:
                     d.close()
 
     def big_greedy(self) -> dict:
+        """Greedy speculative == plain: the memory-bound target with its 1-layer draft."""
         gammas, prompts = ((4,), measure.PROMPTS[:2]) if self.quick else ((1, 4, 8, 16), None)
         with self.load("big_target") as t, self.load("big_draft") as d:
             return measure.greedy_exactness(
@@ -94,26 +97,31 @@ class Checks:
             )
 
     def logits(self, name: str) -> dict:
+        """Batch-vs-single logit differences of one model."""
         sizes = (2, 9) if self.quick else (2, 4, 8, 9, 16, 48)
         with self.load(name) as m:
             return measure.logit_diffs(m, sizes=sizes)
 
     def chi(self) -> dict:
+        """The chi-square test of sampled speculative output (tiny target, noisy draft)."""
         with self.load("target", 256) as t, self.load("draft_noisy", 256) as d:
             runs = 200 if self.quick else 2000
             return measure.chi_square(self.models / "target.gguf", t, d, self.gpu_layers, runs=runs)
 
     def curve(self, name: str) -> dict:
+        """The verify cost curve of one model."""
         max_k, reps = (12, 2) if self.quick else (48, 5)
         with self.load(name) as m:
             return measure.verify_curve(m, max_k=max_k, reps=reps)
 
     def speed(self, target: str, draft: str) -> dict:
+        """Plain vs speculative wall time of one pair."""
         tokens, gammas = (16, (4,)) if self.quick else (64, (4, 8))
         with self.load(target) as t, self.load(draft) as d:
             return measure.plain_vs_speculative(t, d, gammas, max_tokens=tokens)
 
     def kernel_variants(self) -> dict:
+        """scripts/device/variants.py over the tiny and (if written) the big target."""
         paths = {"target": self.models / "target.gguf"}
         if self.has_big:
             paths["big_target"] = self.models / "big_target.gguf"
@@ -141,7 +149,6 @@ class Checks:
         if self.has_big:
             self.part("costs", "speed_big", lambda: self.speed("big_target", "big_draft"))
         self.part("variants", "kernel_variants", self.kernel_variants)
-        self.summary["goals"] = goals(self.files)
         self.write("summary")
         return self.summary
 
