@@ -14,11 +14,13 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..adaptive import AdaptiveGamma
 from ..backend import LlamaModel
 from ..chat_template import CHATML, ChatFormat
 from ..drafting import Drafter
+from ..drafting.history import LookupHistory, attach_history
 from ..engine import DEFAULT_GAMMA, make_policy, stream_generate
 from ..errors import ContextFullError, InvalidParameterError
 from ..events import DoneEvent, RoundEvent, Stats, StopReason, TokenEvent, TokenKind
@@ -92,13 +94,26 @@ class CompletionSession:
         drafter: None for plain decoding, or an NgramDrafter / ModelDrafter.
         gamma: draft tokens per round, or "auto" (adaptive; 0 with no drafter).
         name: the model name clients send (e.g. the catalog name).
+        history: whether the prompt lookup also drafts from earlier requests' prompts
+            and outputs (a LookupHistory of this target's, shared by every slot).
     """
 
     def __init__(
-        self, target: LlamaModel, drafter: Drafter | None, *, gamma: int | str, name: str
+        self,
+        target: LlamaModel,
+        drafter: Drafter | None,
+        *,
+        gamma: int | str,
+        name: str,
+        history: bool = True,
     ) -> None:
         self.target = target
         self.drafter = drafter
+        self.history = (
+            attach_history(drafter, LookupHistory(model=getattr(target, "path", Path()).name))
+            if history and drafter is not None
+            else None
+        )
         self.gamma: int | str = gamma if drafter is not None else 0
         # gamma "auto": the cost curve is measured (or read from its cache) once, here.
         # The engine would do it on every call, and on a busy machine, whose curve is
@@ -314,6 +329,8 @@ class CompletionSession:
                 yield tail
             if stop is None and code.stop_reason is not None:
                 stop = code.stop_reason
+        if self.history is not None:  # what later requests may draft from
+            self.history.add([*req.prompt, *tokens])
         yield CompletionResult(
             "".join(parts), tuple(tokens), stop or engine_stop.value, stats, tuple(events)
         )

@@ -102,7 +102,8 @@ def fork_drafter(drafter: Drafter | None, target: LlamaModel, seq: int) -> Draft
     if drafter is None:
         return None
     if isinstance(drafter, NgramDrafter):
-        return NgramDrafter(n_min=drafter.n_min, n_max=drafter.n_max)
+        # the same history: what one slot's requests wrote, every slot drafts from
+        return NgramDrafter(n_min=drafter.n_min, n_max=drafter.n_max, history=drafter.history)
     if isinstance(drafter, CompositeDrafter):
         first = fork_drafter(drafter.first, target, seq)
         fallback = fork_drafter(drafter.fallback, target, seq)

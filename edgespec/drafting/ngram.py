@@ -7,12 +7,16 @@ edits, chat that quotes earlier turns, answers grounded in a given text.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..sampling import SamplingParams, TokenDist
 from ..shaping import Shaper
 from .base import Draft, KeepDrafting
+
+if TYPE_CHECKING:
+    from .history import LookupHistory
 
 DEFAULT_NGRAM_MIN = 1
 DEFAULT_NGRAM_MAX = 4
@@ -36,16 +40,29 @@ class NgramDrafter:
     the token that follows it (or a mark that different tokens have), updated
     incrementally as the context grows, so a proposal costs O(n_max) dictionary
     look-ups rather than a scan of the context.
+
+    With a ``history`` (earlier requests' prompts and outputs, edgespec.drafting.
+    history; shared by the drafters of one target's slots), a proposal copies from it
+    where it agrees with the context's tail further back than the context's own match
+    (or the context has none): the match_len of either tells the adaptive policy how
+    far to trust it.
     """
 
     name = "ngram"
     model = None  # runs no model
     is_lookup = True  # a proposal costs a few dictionary look-ups
 
-    def __init__(self, *, n_min: int = DEFAULT_NGRAM_MIN, n_max: int = DEFAULT_NGRAM_MAX) -> None:
+    def __init__(
+        self,
+        *,
+        n_min: int = DEFAULT_NGRAM_MIN,
+        n_max: int = DEFAULT_NGRAM_MAX,
+        history: LookupHistory | None = None,
+    ) -> None:
         if not 1 <= n_min <= n_max:
             raise ValueError(f"need 1 <= n_min <= n_max, got {n_min}, {n_max}")
         self.n_min, self.n_max = n_min, n_max
+        self.history = history
         self._tokens: list[int] = []
         self._index: dict[tuple[int, ...], tuple[int, int]] = {}  # gram -> (end, next)
         # grams ending at positions <= _indexed_end are in the index; the context's own
@@ -69,19 +86,28 @@ class NgramDrafter:
         """Up to n tokens copied from after the latest match of the longest tail n-gram.
 
         Nothing when that match is short and its n-gram has had different successors.
+        With a history, its match instead where that agrees further back.
         """
         self._sync(context)
+        tokens: list[int] = []
+        match_len = 0
         for k in range(min(self.n_max, len(context) - 1), self.n_min - 1, -1):
             entry = self._index.get(tuple(context[-k:]))
             if entry is not None:
                 end, successor = entry
                 match_len = _agreement(context, end, k)
                 if successor == _CONTESTED and match_len < CONTESTED_MIN_MATCH:
-                    break
-                tokens = list(context[end : end + n])
-                q = _point_masses(tokens, sampling)
-                return Draft(tokens, q, match_len=match_len)
-        return Draft([], [])
+                    match_len = 0
+                else:
+                    tokens = list(context[end : end + n])
+                break
+        if self.history is not None and match_len < MATCH_LEN_CAP:
+            found = self.history.lookup(context, n, longer_than=match_len)
+            if found is not None:
+                tokens, match_len = found
+        if not tokens and not match_len:
+            return Draft([], [])
+        return Draft(tokens, _point_masses(tokens, sampling), match_len=match_len)
 
     def _sync(self, context: Sequence[int]) -> None:
         common = 0
