@@ -179,3 +179,21 @@ def test_greedy_output_is_the_same_with_and_without_history(synthetic_models, ga
         assert [list(t) for t in _requests(without, prompts)] == [list(p) for p in plain]
         assert with_history.history.documents == len(prompts)
         assert any(found)  # the history did propose
+
+
+def test_the_chat_engine_remembers_replies_whichever_drafter(synthetic_models) -> None:
+    from edgespec_tui.prompt import ChatMessage
+    from edgespec_tui.session import GenerationSettings, LlamaChatEngine, ModelChoice
+
+    choice = ModelChoice(target=str(synthetic_models["target"]), draft="auto", n_ctx=256, threads=1)
+    engine = LlamaChatEngine.load(choice)
+    try:
+        assert engine.drafter.history is engine.history
+        convo = [ChatMessage("user", "the cat sat on the mat")]
+        events = list(engine.stream_reply(convo, GenerationSettings(gamma=3, max_tokens=8)))
+        assert engine.history.documents == 1 and len(engine.history) > len(events[-1].tokens)
+        engine.set_drafter("none")
+        engine.set_drafter("ngram")
+        assert engine.drafter.history is engine.history
+    finally:
+        engine.close()

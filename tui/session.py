@@ -18,8 +18,9 @@ from edgespec.backend import LlamaModel
 from edgespec.chat_template import ChatFormat
 from edgespec.drafting import Drafter, build_drafter
 from edgespec.drafting.build import NGRAM, parse_draft_spec
+from edgespec.drafting.history import LookupHistory, attach_history
 from edgespec.engine import DEFAULT_GAMMA, DEFAULT_MAX_TOKENS, stream_generate
-from edgespec.events import Event, RoundEvent
+from edgespec.events import DoneEvent, Event, RoundEvent
 from edgespec.loading import load_pair, resolve_model
 from edgespec.sampling import (
     DEFAULT_MIN_P,
@@ -121,6 +122,10 @@ class LlamaChatEngine:
         self.choice = choice
         self.target = target
         self.drafter = drafter
+        # the prompt lookup also drafts from earlier replies and prompts (a conversation
+        # started over, a reply revised again), whichever drafter the person switches to
+        self.history = LookupHistory(model=target.path.name)
+        attach_history(drafter, self.history)
         self._draft_choice = "none" if drafter is None else self._choice_of(choice.draft)
         template = target.chat_template()
         self.format = PromptFormat(ChatFormat.of(target, template) if template else None)
@@ -196,6 +201,7 @@ class LlamaChatEngine:
             n_threads=self.choice.threads,
             gpu_layers=self.choice.draft_gpu_layers,
         )
+        attach_history(new, self.history)
         self._close_drafter()
         self.drafter, self._draft_choice = new, choice
 
@@ -225,16 +231,31 @@ class LlamaChatEngine:
     def stream_reply(
         self, messages: Sequence[ChatMessage], settings: GenerationSettings
     ) -> Iterator[Event]:
-        """stream_generate over the whole conversation; the KV cache keeps the common prefix."""
-        return stream_generate(
+        """stream_generate over the whole conversation; the KV cache keeps the common prefix.
+
+        A finished reply goes into the lookup history with its prompt."""
+        prompt = self.prompt_tokens(messages)
+        events = stream_generate(
             self.target,
-            self.prompt_tokens(messages),
+            prompt,
             drafter=self.drafter,
             max_tokens=settings.max_tokens,
             sampling=settings.sampling(),
             gamma=settings.gamma if self.drafter is not None else 0,
             seed=settings.seed,
         )
+        return self._remembered(prompt, events)
+
+    def _remembered(self, prompt: list[int], events: Iterator[Event]) -> Iterator[Event]:
+        try:
+            for ev in events:
+                if isinstance(ev, DoneEvent):
+                    self.history.add([*prompt, *ev.tokens])
+                yield ev
+        finally:  # closed with this generator (a stopped reply): the caches as committed
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()
 
     def _close_drafter(self) -> None:
         if self.drafter is not None and self.drafter.model is not None:
