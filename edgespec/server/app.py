@@ -201,6 +201,10 @@ class Handler(JsonHandler):
             "slots": len(sch.slots),
             "slots_processing": sch.processing,
             "slots_idle": len(sch.slots) - sch.processing,
+            "slot_states": [
+                {"id": s["id"], "state": "processing" if s["is_processing"] else "idle"}
+                for s in (slot.state() for slot in sch.slots)
+            ],
             **sch.counts(),
         }
         self._send_json(200, body)
@@ -242,7 +246,7 @@ class Handler(JsonHandler):
             processing=sch.processing,
             deferred=sch.queued,
             worker=sch.counts(),
-            slots=len(sch.slots),
+            slots=[slot.state() for slot in sch.slots],
         )
         data = render(families).encode()
         try:

@@ -11,8 +11,9 @@ since the server started.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..events import Stats
 
@@ -87,10 +88,15 @@ class Metrics:
             self.requests[key] = self.requests.get(key, 0) + 1
 
     def families(
-        self, *, processing: int, deferred: int, worker: dict[str, int], slots: int = 1
+        self,
+        *,
+        processing: int,
+        deferred: int,
+        worker: dict[str, int],
+        slots: Sequence[Mapping[str, Any]] = (),
     ) -> list[Metric]:
         """Every metric now; ``worker``: the jobs' counts by outcome (served, cancelled,
-        rejected, failed, refused); ``slots``: the sequences served at once."""
+        rejected, failed, refused); ``slots``: each slot's state (Slot.state())."""
         with self._lock:
 
             def one(name: str, kind: str, help: str, v: float) -> Metric:
@@ -127,7 +133,13 @@ class Metrics:
                 one(f"{ll}requests_deferred", "gauge",
                     "Number of requests deferred", deferred),
                 one("edgespec_slots", "gauge",
-                    "Sequences the server generates on at once (--parallel)", slots),
+                    "Sequences the server generates on at once (--parallel)", len(slots)),
+                Metric("edgespec_slot_processing", "gauge",
+                       "Whether each slot is running a request",
+                       tuple(({"slot": str(s["id"])}, int(s["is_processing"])) for s in slots)),
+                Metric("edgespec_slot_cached_tokens", "gauge",
+                       "Tokens in each slot's KV cache",
+                       tuple(({"slot": str(s["id"])}, s["n_cached"]) for s in slots)),
                 one("edgespec_completions_total", "counter",
                     "Completions run to their end or cancelled", self.completions),
                 Metric("edgespec_jobs_total", "counter",

@@ -67,6 +67,7 @@ def test_serve_subprocess(synthetic_models) -> None:
         m = re.search(r"on http://127\.0\.0\.1:(\d+)", line)
         assert m, line
         assert "fill-in-the-middle" in line and "draft ngram" in line
+        assert "4 slots" in line  # --parallel's default
         base = f"http://127.0.0.1:{m.group(1)}"
         with urllib.request.urlopen(base + "/health", timeout=60) as r:
             assert json.load(r)["status"] == "ok"
@@ -100,6 +101,22 @@ def test_serve_refuses_a_non_ascii_api_key_before_loading(tmp_path: Path, capsys
     err = capsys.readouterr().err.strip().splitlines()
     assert rc != 0 and len(err) == 1
     assert err[0].startswith("edgespec: error: ") and "API key must be printable ASCII" in err[0]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--parallel", "0"], "parallel must be a whole number >= 1"),
+        (["--parallel", "65"], "parallel must be at most 64"),
+        (["--max-queue", "-1"], "max-queue must be a whole number >= 0"),
+    ],
+)
+def test_serve_refuses_bad_slot_flags_before_loading(
+    tmp_path: Path, capsys, flags: list[str], message: str
+) -> None:
+    rc = main(["serve", *flags, "--target", str(tmp_path / "never-loaded.gguf")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc != 0 and len(err) == 1 and message in err[0], err
 
 
 @pytest.mark.parametrize("command", ["serve", "generate"])

@@ -1,7 +1,9 @@
 """A parallel server (--parallel 4) on loopback, driven by concurrent real clients.
 
-Outputs equal the serial server's; clients that leave mid-stream free their slot
-while the others go on; a full queue answers 503 with Retry-After; /slots,
+Outputs equal the serial server's plain decoding (on Gemma 3 270M, where edgespec's
+kernels are batch-invariant; the synthetic models' F32 weights are not, by ~3e-6, so
+their near-ties can flip with the batch); clients that leave mid-stream free their
+slot while the others go on; a full queue answers 503 with Retry-After; /slots,
 /health and /metrics show the slots.
 """
 
@@ -48,43 +50,50 @@ def parallel_server(parallel_session: CompletionSession) -> Iterator[Running]:
     running.server.close()
 
 
-@pytest.fixture(scope="module")
-def serial_answers(synthetic_models: dict[str, Path]) -> list[str]:
-    """The same completions from a one-slot server, one after another."""
-    session = load_session(str(synthetic_models["target_fim"]), "ngram", gamma=4, n_ctx=512)
-    running = start(session)
-    try:
-        client = OpenAI(base_url=running.base + "/v1", api_key="x")
-        return [
-            client.completions.create(model="m", prompt=p, max_tokens=24, temperature=0)
-            .choices[0]
-            .text
-            for p in PROMPTS
-        ]
-    finally:
-        running.server.close()
-        session.target.close()
-
-
-def test_sixteen_streaming_clients_at_once_get_the_serial_outputs(
-    parallel_server: Running, serial_answers: list[str]
-) -> None:
-    client = OpenAI(base_url=parallel_server.base + "/v1", api_key="x", max_retries=0)
+def _answers(running: Running, *, stream: bool, max_tokens: int = 8) -> list[str | None]:
+    client = OpenAI(base_url=running.base + "/v1", api_key="x", max_retries=0)
     got: list[str | None] = [None] * len(PROMPTS)
 
     def one(i: int) -> None:
-        stream = client.completions.create(
-            model="m", prompt=PROMPTS[i], max_tokens=24, temperature=0, stream=True
+        if not stream:
+            got[i] = (
+                client.completions.create(
+                    model="m", prompt=PROMPTS[i], max_tokens=max_tokens, temperature=0
+                )
+                .choices[0]
+                .text
+            )
+            return
+        chunks = client.completions.create(
+            model="m", prompt=PROMPTS[i], max_tokens=max_tokens, temperature=0, stream=True
         )
-        got[i] = "".join(chunk.choices[0].text for chunk in stream if chunk.choices)
+        got[i] = "".join(chunk.choices[0].text for chunk in chunks if chunk.choices)
 
+    if not stream:
+        for i in range(len(PROMPTS)):
+            one(i)
+        return got
     threads = [threading.Thread(target=one, args=(i,)) for i in range(len(PROMPTS))]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(120)
-    assert got == serial_answers
-    views = [s.session.target for s in parallel_server.server.scheduler.slots]
+        t.join(300)
+    return got
+
+
+def test_sixteen_streaming_clients_at_once_get_the_serial_outputs(real_model_paths) -> None:
+    path = str(real_model_paths["gemma-3-270m"])
+    serial = load_session(path, "none", n_ctx=512, n_threads=2)  # plain, one at a time
+    parallel = load_session(path, "ngram", gamma="auto", n_ctx=512, n_threads=2, parallel=4)
+    running = [start(serial), start(parallel)]
+    try:
+        want = _answers(running[0], stream=False)
+        got = _answers(running[1], stream=True)
+        views = [s.session.target for s in running[1].server.scheduler.slots]
+    finally:
+        for r in running:
+            r.server.close()
+    assert got == want and all(want)
     assert len({v.seq_id for v in views}) == 4
     assert views[0].batcher.shared > 0  # rounds of several requests shared decodes
 
@@ -103,7 +112,7 @@ def _stream_request(running: Running, prompt: str, max_tokens: int) -> socket.so
 
 
 def test_a_client_leaving_mid_stream_frees_its_slot_while_others_finish(
-    parallel_server: Running, serial_answers: list[str]
+    parallel_server: Running,
 ) -> None:
     cancelled = parallel_server.health()["cancelled"]
     leaver = _stream_request(parallel_server, "a b c d e f g", 400)
@@ -113,31 +122,35 @@ def test_a_client_leaving_mid_stream_frees_its_slot_while_others_finish(
         assert chunk
         seen += chunk
     client = OpenAI(base_url=parallel_server.base + "/v1", api_key="x", max_retries=0)
-    out: list[str] = []
+    out: list = []
     t = threading.Thread(
         target=lambda: out.append(
             client.completions.create(model="m", prompt=PROMPTS[3], max_tokens=24, temperature=0)
-            .choices[0]
-            .text
         )
     )
     t.start()
     leaver.close()
     t.join(120)
-    assert out == [serial_answers[3]]
+    assert out and out[0].usage.completion_tokens > 0
     wait_for(lambda: parallel_server.health()["cancelled"] > cancelled)
     wait_for(lambda: parallel_server.health()["slots_processing"] == 0)
 
 
 def test_slots_health_and_metrics_show_the_slots(parallel_server: Running) -> None:
+    body = {"prompt": PROMPTS[0], "max_tokens": 4, "temperature": 0}
+    assert parallel_server.request("POST", "/v1/completions", body)[0] == 200
     status, slots = parallel_server.request("GET", "/slots")
     assert status == 200 and [s["id"] for s in slots] == [0, 1, 2, 3]
     assert all(s["n_ctx"] >= 512 and s["is_processing"] is False for s in slots)
-    assert max(s["n_cached"] for s in slots) > 0  # the earlier requests left their caches
+    assert max(s["n_cached"] for s in slots) > 0  # the request left its cache
     health = parallel_server.health()
     assert (health["slots"], health["slots_idle"]) == (4, 4)
+    assert [s["state"] for s in health["slot_states"]] == ["idle"] * 4
     status, text = parallel_server.request("GET", "/metrics")
     assert "edgespec_slots 4" in text
+    assert 'edgespec_slot_processing{slot="3"} 0' in text
+    cached = [s["n_cached"] for s in slots]
+    assert f'edgespec_slot_cached_tokens{{slot="0"}} {cached[0]}' in text
 
 
 def test_a_full_queue_answers_503_with_retry_after(synthetic_models: dict[str, Path]) -> None:
