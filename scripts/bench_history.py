@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""Cross-request lookup: decode speed with the lookup history vs the per-request lookup alone.
+
+Each arm is one CompletionSession (n-gram drafting, gamma auto, greedy) over the same
+loaded target, fed in order:
+
+- ``chat``: a chat of 6 turns revising one function, each request the whole
+  conversation (what the TUI and OpenAI clients send);
+- ``chat_window``: the same turns from a client that sends only the last exchange
+  and the new message (the code from two turns ago is in no prompt);
+- ``code_editing``: the bench's single-request workload (the file rewritten), with
+  the history holding only the chats: a workload it should not slow;
+- ``infill``: an editor's 20 completions at the end of one file as its text grows
+  (orders.py, a few lines more each time; prefix-only: Gemma 3 has no FIM tokens).
+
+Arms alternate A B A B; per workload the medians of decode tok/s (generated tokens
+over decode time, prompt processing left out) are printed with their ratio. Greedy
+outputs are checked to be the same in both arms.
+
+    .venv/bin/python scripts/bench_history.py --threads 2 --reps 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+from edgespec.backend import LlamaModel
+from edgespec.bench.workloads import builtin_workloads
+from edgespec.completion.session import (
+    DEFAULT_MAX_LINES,
+    CodeRules,
+    CompletionRequest,
+    CompletionResult,
+    CompletionSession,
+)
+from edgespec.drafting.ngram import NgramDrafter
+from edgespec.loading import resolve_model
+
+FUNCTION = """def median(values):
+    ordered = sorted(values)
+    n = len(ordered)
+    middle = n // 2
+    if n % 2 == 1:
+        return ordered[middle]
+    return (ordered[middle - 1] + ordered[middle]) / 2
+"""
+TURNS = (
+    "Here is a Python function:\n\n```python\n" + FUNCTION + "```\n\nAdd type hints to it. "
+    "Reply with the whole function in a code block.",
+    "Now make it raise ValueError on an empty input. Reply with the whole function.",
+    "Add a docstring that explains the even case. Reply with the whole function.",
+    "Rename it to middle_value and keep everything else. Reply with the whole function.",
+    "Make it accept any iterable, not only lists. Reply with the whole function.",
+    "Add two doctest examples to the docstring. Reply with the whole function.",
+)
+WORKLOADS = ("chat", "chat_window", "code_editing", "infill")
+INFILL_REQUESTS = 20
+
+
+def orders_file() -> str:
+    prompt = builtin_workloads()["code_editing"].prompt
+    return prompt.split("```python\n")[1].split("```")[0]
+
+
+def run_request(session: CompletionSession, req: CompletionRequest) -> CompletionResult:
+    result = None
+    for item in session.run(req):
+        if isinstance(item, CompletionResult):
+            result = item
+    assert result is not None
+    return result
+
+
+def chat(session: CompletionSession, *, window: bool, max_tokens: int) -> list[CompletionResult]:
+    messages: list[dict[str, str]] = []
+    out = []
+    for turn in TURNS:
+        messages.append({"role": "user", "content": turn})
+        sent = messages[-3:] if window else messages
+        res = run_request(session, CompletionRequest(session.chat_prompt(sent), max_tokens))
+        messages.append({"role": "assistant", "content": res.text})
+        out.append(res)
+    return out
+
+
+def infill(session: CompletionSession, *, max_tokens: int) -> list[CompletionResult]:
+    lines = orders_file().splitlines(keepends=True)
+    first, last = len(lines) // 6, len(lines) - 2
+    out = []
+    for i in range(INFILL_REQUESTS):
+        cut = first + (last - first) * i // (INFILL_REQUESTS - 1)
+        fp = session.fim_prompt("".join(lines[:cut]), "", max_tokens=max_tokens)
+        rules = CodeRules("", fp.prefix_at_line_start, DEFAULT_MAX_LINES)
+        out.append(run_request(session, CompletionRequest(fp.tokens, max_tokens, code=rules)))
+    return out
+
+
+def code_editing(session: CompletionSession, *, max_tokens: int) -> list[CompletionResult]:
+    w = builtin_workloads()["code_editing"]
+    req = CompletionRequest(session.text_prompt(w.prompt), min(max_tokens, w.max_tokens))
+    return [run_request(session, req)]
+
+
+def run_arm(target: LlamaModel, history: bool, args) -> dict[str, dict]:
+    target.reset()
+    session = CompletionSession(target, NgramDrafter(), gamma="auto", name="t", history=history)
+    out = {}
+    for name in WORKLOADS:
+        t0 = time.perf_counter()
+        if name == "chat":
+            results = chat(session, window=False, max_tokens=args.chat_tokens)
+        elif name == "chat_window":
+            results = chat(session, window=True, max_tokens=args.chat_tokens)
+        elif name == "code_editing":
+            results = code_editing(session, max_tokens=args.edit_tokens)
+        else:
+            results = infill(session, max_tokens=args.infill_tokens)
+        generated = sum(r.stats.generated for r in results)
+        decode_s = sum(r.stats.decode_s for r in results)
+        out[name] = {
+            "tok_s": generated / decode_s if decode_s else 0.0,
+            "generated": generated,
+            "decode_s": decode_s,
+            "wall_s": time.perf_counter() - t0,
+            "drafted": sum(r.stats.drafted for r in results),
+            "accepted": sum(r.stats.accepted for r in results),
+            "target_calls": sum(r.stats.target_calls for r in results),
+            "tokens": [list(r.tokens) for r in results],
+        }
+        if args.verbose:
+            calls = out[name]["target_calls"]
+            print(
+                f"  {name}: {generated} tokens, {out[name]['tok_s']:.1f} tok/s, "
+                f"{generated / max(calls, 1):.2f} tokens per target call",
+                flush=True,
+            )
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="gemma-3-270m")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--reps", type=int, default=2, help="A B pairs")
+    p.add_argument("--chat-tokens", type=int, default=200)
+    p.add_argument("--infill-tokens", type=int, default=64)
+    p.add_argument("--edit-tokens", type=int, default=640, help="code_editing's max tokens")
+    p.add_argument("--verbose", action="store_true", help="a line per workload run")
+    p.add_argument("--json", help="write the per-run figures here")
+    args = p.parse_args()
+    print(f"load before: {os.getloadavg()}")
+    target = LlamaModel(resolve_model(args.model), n_ctx=8192, n_threads=args.threads)
+    runs: dict[str, list[dict]] = {"history": [], "per-request": []}
+    for rep in range(args.reps):
+        for arm in ("history", "per-request"):
+            res = run_arm(target, arm == "history", args)
+            runs[arm].append(res)
+            line = "  ".join(f"{w} {res[w]['tok_s']:.1f}" for w in WORKLOADS)
+            print(f"rep {rep + 1} {arm:>11}: {line}  (tok/s)", flush=True)
+    print(f"load after: {os.getloadavg()}")
+    print(f"{'workload':<13} {'history':>8} {'per-req':>8} {'ratio':>6}  accepted/drafted (h | p)")
+    for w in WORKLOADS:
+        a = statistics.median(r[w]["tok_s"] for r in runs["history"])
+        b = statistics.median(r[w]["tok_s"] for r in runs["per-request"])
+        same = all(
+            r[w]["tokens"] == runs["per-request"][0][w]["tokens"]
+            for arm in runs.values()
+            for r in arm
+        )
+        h, q = runs["history"][0][w], runs["per-request"][0][w]
+        print(
+            f"{w:<13} {a:8.1f} {b:8.1f} {a / b:6.2f}x  "
+            f"{h['accepted']}/{h['drafted']} | {q['accepted']}/{q['drafted']}"
+            f"  tokens {h['generated']}{'' if same else '  OUTPUTS DIFFER'}"
+        )
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(runs, f)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
