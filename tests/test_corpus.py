@@ -66,7 +66,7 @@ def test_make_corpus_writes_parsable_workloads_of_six_kinds(corpus: Path) -> Non
         assert w.name == path.stem
         assert path.parent.name == split_of(w.name)  # the folder is the hash's split
         assert 64 <= w.max_tokens <= 128
-        assert 800 <= len(w.prompt) <= 6000, (w.name, len(w.prompt))
+        assert 600 <= len(w.prompt) <= 6000, (w.name, len(w.prompt))
         assert w.kind in ("edit", "quote", "summarise", "code", "revise", "write")
         if w.kind == "write":
             assert 0.7 <= w.temperature <= 1.0
