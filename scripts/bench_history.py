@@ -28,6 +28,8 @@ import os
 import statistics
 import time
 
+import numpy as np
+
 from edgespec.backend import LlamaModel
 from edgespec.bench.workloads import builtin_workloads
 from edgespec.completion.session import (
@@ -37,8 +39,10 @@ from edgespec.completion.session import (
     CompletionResult,
     CompletionSession,
 )
+from edgespec.drafting.history import LookupHistory
 from edgespec.drafting.ngram import NgramDrafter
 from edgespec.loading import resolve_model
+from edgespec.sampling import SamplingParams
 
 FUNCTION = """def median(values):
     ordered = sorted(values)
@@ -72,7 +76,11 @@ def run_request(session: CompletionSession, req: CompletionRequest) -> Completio
         if isinstance(item, CompletionResult):
             result = item
     assert result is not None
+    PROMPTS.append(list(req.prompt))
     return result
+
+
+PROMPTS: list[list[int]] = []  # every request's prompt, in order (for --replay)
 
 
 def chat(session: CompletionSession, *, window: bool, max_tokens: int) -> list[CompletionResult]:
@@ -109,7 +117,8 @@ def run_arm(target: LlamaModel, history: bool, args) -> dict[str, dict]:
     target.reset()
     session = CompletionSession(target, NgramDrafter(), gamma="auto", name="t", history=history)
     out = {}
-    for name in WORKLOADS:
+    for name in args.workloads:
+        PROMPTS.clear()
         t0 = time.perf_counter()
         if name == "chat":
             results = chat(session, window=False, max_tokens=args.chat_tokens)
@@ -130,6 +139,7 @@ def run_arm(target: LlamaModel, history: bool, args) -> dict[str, dict]:
             "accepted": sum(r.stats.accepted for r in results),
             "target_calls": sum(r.stats.target_calls for r in results),
             "tokens": [list(r.tokens) for r in results],
+            "prompts": list(PROMPTS),
         }
         if args.verbose:
             calls = out[name]["target_calls"]
@@ -141,6 +151,54 @@ def run_arm(target: LlamaModel, history: bool, args) -> dict[str, dict]:
     return out
 
 
+def replay(run: dict[str, dict], gamma: int) -> dict[str, dict[str, dict[str, float]]]:
+    """Drafts replayed over one run's greedy outputs, no model run: per workload and
+    lookup, target calls a fixed-gamma decode would make (every proposal verified,
+    accepted as far as it agrees with the output) and proposed/accepted tokens.
+    Independent of the machine's load and of the adaptive policy."""
+    rng = np.random.default_rng(0)
+    greedy = SamplingParams()
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for arm in ("history", "per-request"):
+        history = LookupHistory() if arm == "history" else None
+        out[arm] = {}
+        for name, w in run.items():
+            calls = proposed = accepted = generated = 0
+            for prompt, output in zip(w["prompts"], w["tokens"], strict=True):
+                drafter = NgramDrafter(history=history)
+                pos = 0
+                while pos < len(output):
+                    n = min(gamma, len(output) - pos)
+                    draft = drafter.propose([*prompt, *output[:pos]], n, greedy, rng).tokens
+                    a = 0
+                    while a < len(draft) and draft[a] == output[pos + a]:
+                        a += 1
+                    proposed, accepted = proposed + len(draft), accepted + a
+                    pos, calls = pos + a + 1, calls + 1
+                generated += len(output)
+                if history is not None:
+                    history.add([*prompt, *output])
+            out[arm][name] = {
+                "tokens_per_call": generated / max(calls, 1),
+                "proposed": proposed,
+                "accepted": accepted,
+            }
+    return out
+
+
+def print_replay(run: dict[str, dict], gamma: int) -> None:
+    rep = replay(run, gamma)
+    print(f"replayed drafts, gamma {gamma} (no model run): tokens per target call")
+    print(f"{'workload':<13} {'history':>8} {'per-req':>8} {'ratio':>6}  accepted/proposed (h | p)")
+    for w in run:
+        h, q = rep["history"][w], rep["per-request"][w]
+        print(
+            f"{w:<13} {h['tokens_per_call']:8.2f} {q['tokens_per_call']:8.2f} "
+            f"{h['tokens_per_call'] / q['tokens_per_call']:6.2f}x  "
+            f"{h['accepted']}/{h['proposed']} | {q['accepted']}/{q['proposed']}"
+        )
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default="gemma-3-270m")
@@ -150,20 +208,36 @@ def main() -> int:
     p.add_argument("--infill-tokens", type=int, default=64)
     p.add_argument("--edit-tokens", type=int, default=640, help="code_editing's max tokens")
     p.add_argument("--verbose", action="store_true", help="a line per workload run")
+    p.add_argument(
+        "--workloads", default=",".join(WORKLOADS), help="comma-separated, run in this order"
+    )
     p.add_argument("--json", help="write the per-run figures here")
+    p.add_argument("--replay", metavar="JSON", help="only replay the drafts over a saved run")
+    p.add_argument("--replay-gamma", type=int, default=16)
+    p.add_argument(
+        "--arms", default="history,per-request", help="per-request alone: outputs to replay"
+    )
     args = p.parse_args()
+    args.workloads = [w for w in args.workloads.split(",") if w]
+    if unknown := set(args.workloads) - set(WORKLOADS):
+        p.error(f"unknown workloads: {', '.join(sorted(unknown))}")
+    if args.replay:
+        with open(args.replay, encoding="utf-8") as f:
+            saved = json.load(f)
+        print_replay(saved["per-request"][0], args.replay_gamma)
+        return 0
     print(f"load before: {os.getloadavg()}")
     target = LlamaModel(resolve_model(args.model), n_ctx=8192, n_threads=args.threads)
     runs: dict[str, list[dict]] = {"history": [], "per-request": []}
     for rep in range(args.reps):
-        for arm in ("history", "per-request"):
+        for arm in args.arms.split(","):
             res = run_arm(target, arm == "history", args)
             runs[arm].append(res)
-            line = "  ".join(f"{w} {res[w]['tok_s']:.1f}" for w in WORKLOADS)
+            line = "  ".join(f"{w} {res[w]['tok_s']:.1f}" for w in args.workloads)
             print(f"rep {rep + 1} {arm:>11}: {line}  (tok/s)", flush=True)
     print(f"load after: {os.getloadavg()}")
     print(f"{'workload':<13} {'history':>8} {'per-req':>8} {'ratio':>6}  accepted/drafted (h | p)")
-    for w in WORKLOADS:
+    for w in args.workloads if all(runs.values()) else ():
         a = statistics.median(r[w]["tok_s"] for r in runs["history"])
         b = statistics.median(r[w]["tok_s"] for r in runs["per-request"])
         same = all(
@@ -180,6 +254,8 @@ def main() -> int:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(runs, f)
+    if runs["per-request"]:
+        print_replay(runs["per-request"][0], args.replay_gamma)
     return 0
 
 
