@@ -102,6 +102,10 @@ class BatchShare(Protocol):
         """Rows the other working sequences put in the last shared decode."""
         ...
 
+    def sequences_elsewhere(self) -> int:
+        """How many other working sequences had rows in the last shared decode."""
+        ...
+
     def alone(self) -> bool:
         """True when no other sequence is generating now."""
         ...
@@ -238,16 +242,11 @@ class AdaptiveGamma:
         """round_cost(0), ..., round_cost(n) in one pass (free_draft: a lookup's tokens).
 
         shared: rows other sequences put in the same decode; a round then costs the
-        marginal time of its rows, C(shared + g + 1) - C(shared), as the others pay
-        the call's fixed part anyway.
+        whole decode's time, C(shared + g + 1), which every sequence in it waits for.
         """
         step = 0.0 if free_draft else self.draft_step_s * self.draft_scale
         if shared > 0:
-            base = self.verify.cost(shared)
-            return [
-                self.scale * (self.verify.cost(shared + g + 1) - base) + step * g
-                for g in range(n + 1)
-            ]
+            return [self.scale * self.verify.cost(shared + g + 1) + step * g for g in range(n + 1)]
         ratio = self._size_ratio
         return [
             (ratio[g] if g < len(ratio) else self.scale) * self.verify.cost(g + 1) + step * g
@@ -271,15 +270,21 @@ class AdaptiveGamma:
         """
         self._key = _context_key(match_len, self._after_miss)
         limit = min(limit, self.max_gamma)
-        shared = self.share.rows_elsewhere() if self.share is not None else 0
+        shared, others = 0, 0.0
+        if self.share is not None and (shared := self.share.rows_elsewhere()) > 0:
+            # beside other sequences the rate that counts is the whole decode's: their
+            # tokens too (one each, and about half of their draft rows), over its time,
+            # so that a long draft which slows everyone down is chosen only if it pays
+            k = self.share.sequences_elsewhere()
+            others = k + 0.5 * max(0, shared - k)
         costs = self.round_costs(limit, free_draft=match_len is not None, shared=shared)
         timed = self._timed if shared == 0 else range(1, self.max_gamma + 2)
-        best_g, best_rate = 0, MIN_GAIN / costs[0]
+        best_g, best_rate = 0, MIN_GAIN * (1.0 + others) / costs[0]
         total, run = 1.0, 1.0
         for g, a in enumerate(self.accept.rates(limit), start=1):
             run *= a
             total += run
-            rate = total / costs[g]
+            rate = (total + others) / costs[g]
             if rate > best_rate and g + 1 in timed:
                 best_g, best_rate = g, rate
         if best_g > 0:

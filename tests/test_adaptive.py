@@ -507,6 +507,9 @@ class _Share:
     def rows_elsewhere(self) -> int:
         return self.rows
 
+    def sequences_elsewhere(self) -> int:
+        return min(self.rows, 2)
+
     def alone(self) -> bool:
         return self.rows == 0
 
@@ -514,21 +517,20 @@ class _Share:
         return self.shared
 
 
-def test_beside_other_sequences_a_round_pays_only_for_its_own_rows() -> None:
-    # a call's fixed part is paid once per decode, by whoever shares it: beside
-    # 8 other rows, drafting 4 tokens costs 4 more rows, not 4 more rows and a call
+def test_beside_other_sequences_a_draft_must_pay_for_everyone_it_delays() -> None:
+    # beside 8 other rows a round costs the whole decode, C(8 + g + 1), which the
+    # other sequences wait for too: a long draft that pays alone need not beside them
     fixed_heavy = CostCurve(
         model="m", key="k", seconds=tuple(0.05 + 0.002 * k for k in range(1, 49))
     )
     policy = AdaptiveGamma(fixed_heavy, draft_step_s=0.0)
     alone = policy.round_costs(4)
-    policy.share = _Share(8)
     shared = policy.round_costs(4, shared=8)
-    assert alone[0] == pytest.approx(0.052) and shared[0] == pytest.approx(0.002)
+    assert alone[0] == pytest.approx(0.052) and shared[0] == pytest.approx(0.068)
     assert shared[4] - shared[0] == pytest.approx(alone[4] - alone[0])
-    # at 40% acceptance a long draft pays for the fixed part alone, not beside others
+    policy.share = _Share(8)
     for _ in range(50):
-        policy.observe(4, 1, 0.06)  # (shared: teaches acceptance, no cost scale)
+        policy.observe(4, 2, 0.06)  # (a shared decode: teaches acceptance, no cost scale)
     assert policy.scale == pytest.approx(1.0)
     policy.share = None
     g_alone = policy.choose(16, match_len=8)

@@ -165,6 +165,11 @@ class Batcher:
         with self._cv:
             return sum(n for s, n in self.last_rows.items() if s != seq_id and s in self.working)
 
+    def sequences_elsewhere(self, seq_id: int) -> int:
+        """Other working sequences that had rows in the last decode."""
+        with self._cv:
+            return sum(1 for s in self.last_rows if s != seq_id and s in self.working)
+
 
 _batchers: dict[int, Batcher] = {}
 
@@ -215,6 +220,10 @@ class SequenceView:
     def rows_elsewhere(self) -> int:
         """Rows the other working sequences added to the last decode."""
         return self.batcher.rows_elsewhere(self.seq_id)
+
+    def sequences_elsewhere(self) -> int:
+        """Other working sequences that had rows in the last decode."""
+        return self.batcher.sequences_elsewhere(self.seq_id)
 
     def alone(self) -> bool:
         """True when no other sequence of the context is in a generation."""

@@ -357,7 +357,7 @@ class Handler(JsonHandler):
             raise from_exception(e, param) from None
 
         def work(s: CompletionSession, cancelled: Callable[[], bool]):
-            yield {"prompt_tokens": len(tokens), **info}
+            yield {"prompt_tokens": len(tokens), "slot": getattr(s.target, "seq_id", 0), **info}
             req = CompletionRequest(
                 tokens,
                 opts.max_tokens,
@@ -423,6 +423,7 @@ class Handler(JsonHandler):
             self.close_connection = True  # the client went away while queued
             return
         info = {k: v for k, v in prepared.items() if k in ("fim", "truncated")}
+        fmt.slot = prepared["slot"]
         fmt.start(prepared["prompt_tokens"], info)
         if not opts.stream:
             outcome = None
@@ -432,6 +433,10 @@ class Handler(JsonHandler):
             if outcome is None:
                 self.close_connection = True
                 return
+            if job.replaced:  # cut short by a newer /infill from this client
+                raise ApiError(
+                    409, "replaced by a newer request from the same client", code="replaced"
+                )
             self._send_json(200, fmt.body(outcome))
             return
         self._start_stream()

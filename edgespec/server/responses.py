@@ -270,6 +270,7 @@ class InfillFormat:
         self.prompt_tokens = 0
         self.fim = False
         self.truncated = False
+        self.slot = 0  # the slot running it (set when it starts)
         self._predicted = 0  # pieces streamed so far
 
     def start(self, prompt_tokens: int, info: Mapping[str, Any]) -> None:
@@ -316,7 +317,7 @@ class InfillFormat:
             "content": text,
             "tokens": [],
             "stop": False,
-            "id_slot": 0,
+            "id_slot": self.slot,
             "tokens_predicted": self._predicted,
             "tokens_evaluated": self.prompt_tokens,
         }

@@ -40,8 +40,15 @@ Work = Callable[["CompletionSession", Callable[[], bool]], Iterable[Any]]
 _ITEM, _ERROR, _END = "item", "error", "end"
 #: Jobs that may wait for a slot before the server answers 503.
 DEFAULT_MAX_QUEUE = 32
-#: Priorities: code completions (an editor waits on each keystroke) before the rest.
+#: Priorities: code completions (an editor waits on each keystroke) before the rest ...
 PRIORITY_CODE, PRIORITY_OTHER = 0, 1
+#: ... except a request that has waited this long (seconds): it goes by arrival order,
+#: so that editors sending back to back cannot keep a chat waiting for ever.
+PRIORITY_AGE_S = 2.0
+#: A newer /infill replaces an older one from the same client only when their prompts
+#: share this much of the older one: the same file, the editor moved on (two editors
+#: on one machine send the same address and User-Agent, but other files).
+REPLACE_SHARE = 0.5
 
 
 class QueueFull(Exception):
@@ -68,6 +75,7 @@ class Job:
         self.client = client  # who sent it, for replacing an editor's stale /infill
         self.task = task
         self.cancel = threading.Event()
+        self.queued_at = time.monotonic()
         self.replaced = False  # cancelled by a newer request from the same client
         self._out: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._done = False
@@ -198,8 +206,9 @@ class Scheduler:
 
         slot: the slot it must run on (llama-server's id_slot), -1 for the best free one.
 
-        A job with a ``client`` cancels that client's earlier jobs (queued or running):
-        an editor sends a new /infill on each keystroke and wants only the last.
+        A job with a ``client`` cancels that client's earlier jobs (queued or running)
+        on the same text (their prompts share REPLACE_SHARE of the older one): an
+        editor sends a new /infill on each keystroke and wants only the last.
         """
         with self._cv:
             if self._stopping:
@@ -220,7 +229,12 @@ class Scheduler:
             if client is not None:
                 running = [s.job for s in self.slots if s.job is not None]
                 for old in [*self._queue, *running]:
-                    if old.client == client and not old.cancel.is_set():
+                    if (
+                        old.client == client
+                        and not old.cancel.is_set()
+                        and _common_prefix(old.prompt, job.prompt)
+                        >= REPLACE_SHARE * len(old.prompt)
+                    ):
                         old.replaced = True
                         old.cancel.set()
             self._queue.append(job)
@@ -258,7 +272,8 @@ class Scheduler:
         ready = [j for j in self._queue if j.slot < 0 or self.slots[j.slot] in free]
         if not ready:
             return None
-        job = min(ready, key=lambda j: (j.priority, j.task))
+        now = time.monotonic()
+        job = min(ready, key=lambda j: (_rank(j, now), j.task))
         if job.slot >= 0:
             best = self.slots[job.slot]
         else:
@@ -325,6 +340,11 @@ class Scheduler:
             "failed": self.failed,
             "refused": self.refused,
         }
+
+
+def _rank(job: Job, now: float) -> int:
+    """A job's priority in the queue: its own, or the first once it waited long."""
+    return PRIORITY_CODE if now - job.queued_at >= PRIORITY_AGE_S else job.priority
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:

@@ -198,3 +198,8 @@ def test_id_slot_picks_the_slot_and_a_missing_one_is_a_400(parallel_server: Runn
     assert status == 200 and answer["id_slot"] == 2
     status, answer = parallel_server.request("POST", "/infill", {**body, "id_slot": 4})
     assert status == 400 and answer["error"]["param"] == "id_slot"
+    status, text = parallel_server.request(
+        "POST", "/infill", {**body, "id_slot": 3, "stream": True}
+    )
+    events = [json.loads(x[5:]) for x in text.split("\n") if x.startswith("data:")]
+    assert status == 200 and events and {e["id_slot"] for e in events} == {3}

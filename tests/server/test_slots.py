@@ -6,6 +6,7 @@ failing jobs don't stop it. (Fake sessions: the scheduler only hands them over.)
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -187,17 +188,37 @@ def test_a_job_goes_to_the_slot_that_caches_its_prefix() -> None:
 def test_a_newer_request_from_the_same_client_replaces_the_older() -> None:
     w = Worker(1)
     gate, started = threading.Event(), threading.Event()
-    running = w.submit(_blocker(gate, started), client="editor")
+    running = w.submit(_blocker(gate, started), client="editor", prompt=[1, 2, 3, 4])
     assert started.wait(5)
-    queued = w.submit(lambda s, c: iter([1]), client="editor")
-    other = w.submit(lambda s, c: iter([2]), client="someone else")
-    latest = w.submit(lambda s, c: iter([3]), client="editor")
+    queued = w.submit(lambda s, c: iter([1]), client="editor", prompt=[1, 2, 3, 4, 5])
+    other = w.submit(lambda s, c: iter([2]), client="someone else", prompt=[1, 2, 3, 4, 5])
+    # the same address and User-Agent in another file: another editor, not replaced
+    elsewhere = w.submit(lambda s, c: iter([4]), client="editor", prompt=[7, 8, 9])
+    latest = w.submit(lambda s, c: iter([3]), client="editor", prompt=[1, 2, 3, 4, 5, 6])
     assert running.cancel.is_set() and running.replaced
     assert queued.cancel.is_set() and queued.replaced
-    assert not other.cancel.is_set() and not latest.cancel.is_set()
+    assert not any(j.cancel.is_set() for j in (other, elsewhere, latest))
     gate.set()
     assert list(queued.items()) == []
-    assert list(other.items()) == [2] and list(latest.items()) == [3]
+    assert [list(j.items()) for j in (other, elsewhere, latest)] == [[2], [4], [3]]
+    w.stop()
+
+
+def test_code_first_but_not_for_ever(monkeypatch) -> None:
+    from edgespec.server import slots
+
+    monkeypatch.setattr(slots, "PRIORITY_AGE_S", 0.2)
+    w = Worker(1)
+    gate, started = threading.Event(), threading.Event()
+    w.submit(_blocker(gate, started))
+    assert started.wait(5)
+    order: list[str] = []
+    chat = w.submit(lambda s, c: iter(order.append("chat") or [0]))
+    time.sleep(0.3)  # the chat has waited past the age
+    code = w.submit(lambda s, c: iter(order.append("code") or [0]), priority=PRIORITY_CODE)
+    gate.set()
+    list(chat.items()), list(code.items())
+    assert order == ["chat", "code"]
     w.stop()
 
 
