@@ -207,3 +207,28 @@ def test_sampling_beside_other_sequences_follows_the_target(synthetic_models) ->
         assert n_other > 10 and sampler.batcher.shared > runs  # really side by side
     assert _pvalue(firsts, p1) > ALPHA
     assert _pvalue(seconds, p2) > ALPHA
+
+
+def test_an_urgent_sequence_defers_the_others_rows_and_both_stay_exact(
+    contexts, monkeypatch
+) -> None:
+    from edgespec.backend import parallel
+
+    # (the synthetic model decodes in microseconds: hold the others back for good, so
+    # that the deferral is certain; they go on once the urgent sequence is done)
+    monkeypatch.setattr(parallel, "DEFER_DECODES", 1e9)
+    alone, shared = contexts
+    want = [_greedy_rows(alone, p, n=40)[0] for p in PROMPTS[:2]]
+    urgent, other = shared.sequence(0), shared.sequence(1)
+    before = urgent.batcher.deferred
+
+    def run(view, prompt, **kw):
+        def go():
+            with view.working(**kw):
+                return _greedy_rows(view, prompt, n=40)[0]
+
+        return go
+
+    got = _in_threads([run(urgent, PROMPTS[0], urgent=True), run(other, PROMPTS[1])])
+    assert got == want
+    assert urgent.batcher.deferred > before  # the other's rows were held back at times

@@ -40,6 +40,10 @@ WAIT_SHARE = 0.15
 #: A prompt is decoded in pieces of this many tokens while other sequences are
 #: working, so that their rounds go on between the pieces.
 PREFILL_PIECE = 128
+#: While an urgent sequence (an editor's completion) works, the others' rows join a
+#: decode only once they have waited this many decodes' time: on a CPU each row adds
+#: to every sequence's decode, so a chat's rows would slow each keystroke's answer.
+DEFER_DECODES = 2.0
 
 
 @dataclass
@@ -64,11 +68,13 @@ class Batcher:
         self._pending: list[_Part] = []
         self._busy = False  # a decode or a cache edit is running on the context
         self.working: set[int] = set()  # sequences inside a generation
+        self.urgent: set[int] = set()  # ... of which urgent (working(urgent=True))
         self.last_rows: dict[int, int] = {}  # rows each sequence had in the last decode
         self.last_decode_s = 0.0
         self.decodes = 0  # llama_decode calls made
         self.shared = 0  # ... of which carried more than one sequence
         self.rows = 0  # rows decoded in all
+        self.deferred = 0  # decodes that left a waiting, not urgent sequence out
 
     # ------------------------------------------------------------------ waiting
 
@@ -77,23 +83,48 @@ class Batcher:
         """How long a leader waits for working sequences that have not submitted yet."""
         return min(MAX_WAIT_S, WAIT_SHARE * self.last_decode_s)
 
+    def _eligible(self, part: _Part, now: float) -> bool:
+        """May part join the next decode? Always, unless an urgent sequence works and
+        part is not urgent and has not waited DEFER_DECODES decodes yet."""
+        if not self.urgent or part.view.seq_id in self.urgent:
+            return True
+        return now - part.since >= DEFER_DECODES * self.last_decode_s
+
     def _ready(self, now: float) -> bool:
         if not self._pending or self._busy:
             return False
-        waiting = {p.view.seq_id for p in self._pending}
-        return self.working <= waiting or now - self._pending[0].since >= self.window
+        eligible = [p for p in self._pending if self._eligible(p, now)]
+        if not eligible:
+            return False
+        waiting = {p.view.seq_id for p in eligible}
+        expected = self.working if not self.urgent else self.urgent
+        return expected <= waiting or now - eligible[0].since >= self.window
+
+    def _next_check(self, now: float) -> float | None:
+        """Seconds until a pending part may become ready to go (None: only when told)."""
+        if not self._pending or self._busy:
+            return None
+        times = [p.since + self.window for p in self._pending if self._eligible(p, now)]
+        times += [p.since + DEFER_DECODES * self.last_decode_s for p in self._pending]
+        return max(1e-4, min(times) - now)
 
     def _take(self) -> list[_Part]:
-        """The oldest pending parts that fit one batch (the oldest always goes)."""
+        """The oldest eligible pending parts that fit one batch (the oldest always goes)."""
         room = self.model.n_batch
+        now = time.perf_counter()
         batch, rest = [], []
         for part in self._pending:
-            if len(part.tokens) <= room and part.view.seq_id not in {p.view.seq_id for p in batch}:
+            if (
+                self._eligible(part, now)
+                and len(part.tokens) <= room
+                and part.view.seq_id not in {p.view.seq_id for p in batch}
+            ):
                 batch.append(part)
                 room -= len(part.tokens)
             else:
                 rest.append(part)
         self._pending = rest
+        self.deferred += any(not self._eligible(p, now) for p in rest)
         return batch
 
     def decode(self, view: SequenceView, tokens: Sequence[int], want: list[bool]) -> np.ndarray:
@@ -107,10 +138,7 @@ class Batcher:
                 if self._ready(now):
                     self._lead(self._take())
                     continue
-                wait = None
-                if self._pending and not self._busy:
-                    wait = max(1e-4, self._pending[0].since + self.window - now)
-                self._cv.wait(wait)
+                self._cv.wait(self._next_check(now))
         if part.error is not None:
             raise part.error
         assert part.logits is not None
@@ -205,16 +233,20 @@ class SequenceView:
         return self.model.n_ctx
 
     @contextlib.contextmanager
-    def working(self) -> Iterator[None]:
-        """Mark this sequence as inside a generation for the duration."""
+    def working(self, *, urgent: bool = False) -> Iterator[None]:
+        """Mark this sequence as inside a generation for the duration; an urgent one
+        (an editor waiting on a keystroke) defers the others' rows (DEFER_DECODES)."""
         b = self.batcher
         with b._cv:
             b.working.add(self.seq_id)
+            if urgent:
+                b.urgent.add(self.seq_id)
         try:
             yield
         finally:
             with b._cv:
                 b.working.discard(self.seq_id)
+                b.urgent.discard(self.seq_id)
                 b._cv.notify_all()
 
     def rows_elsewhere(self) -> int:

@@ -304,7 +304,8 @@ class Scheduler:
 
     def _run(self, slot: Slot, job: Job) -> None:
         working = getattr(slot.session.target, "working", None)  # a sequence view's
-        with working() if working is not None else contextlib.nullcontext():
+        urgent = job.priority == PRIORITY_CODE
+        with working(urgent=urgent) if working is not None else contextlib.nullcontext():
             self._run_job(slot, job)
 
     def _run_job(self, slot: Slot, job: Job) -> None:
