@@ -214,6 +214,7 @@ def main() -> int:
     p.add_argument("--json", help="write the per-run figures here")
     p.add_argument("--replay", metavar="JSON", help="only replay the drafts over a saved run")
     p.add_argument("--replay-gamma", type=int, default=16)
+    p.add_argument("--no-warmup", dest="warmup", action="store_false")
     p.add_argument(
         "--arms", default="history,per-request", help="per-request alone: outputs to replay"
     )
@@ -228,6 +229,10 @@ def main() -> int:
         return 0
     print(f"load before: {os.getloadavg()}")
     target = LlamaModel(resolve_model(args.model), n_ctx=8192, n_threads=args.threads)
+    if args.warmup:  # the first session measures the cost curve between rounds: not timed
+        warm = argparse.Namespace(**{**vars(args), "workloads": ["chat"], "verbose": False})
+        run_arm(target, False, warm)
+        print(f"warmed up (a chat, per-request); load {os.getloadavg()}", flush=True)
     runs: dict[str, list[dict]] = {"history": [], "per-request": []}
     for rep in range(args.reps):
         for arm in args.arms.split(","):

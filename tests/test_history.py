@@ -9,13 +9,9 @@ import pytest
 
 from edgespec.backend import LlamaModel
 from edgespec.completion.session import CompletionRequest, CompletionResult, CompletionSession
-from edgespec.drafting.build import fork_drafter
+from edgespec.drafting.build import attach_history, fork_drafter
 from edgespec.drafting.composite import CompositeDrafter
-from edgespec.drafting.history import (
-    HISTORY_CONTESTED_MIN_MATCH,
-    LookupHistory,
-    attach_history,
-)
+from edgespec.drafting.history import HISTORY_CONTESTED_MIN_MATCH, LookupHistory
 from edgespec.drafting.ngram import NgramDrafter
 from edgespec.engine import generate
 
@@ -40,7 +36,7 @@ def test_a_later_request_drafts_from_an_earlier_ones_output() -> None:
     assert draft.match_len == 20  # weighed by the adaptive policy like the context's
 
 
-def test_the_context_wins_unless_the_history_agrees_further_back() -> None:
+def test_the_history_is_consulted_only_where_the_context_has_no_match() -> None:
     history = LookupHistory()
     source = list(range(100, 160))
     history.add([*source, 1, 1, 1])
@@ -49,9 +45,12 @@ def test_the_context_wins_unless_the_history_agrees_further_back() -> None:
     ctx = [*source[:40], 5, 6, *source[30:40]]
     d = NgramDrafter(history=history)
     assert _propose(d, ctx).tokens == [5, 6, *source[30:36]]  # the context's, on a tie
-    # a context whose match is shorter than the history's copies from the history
+    # a context with no match of its own copies from the history
     ctx = [*source[:12], 5, *source[:30]]
     assert _propose(NgramDrafter(history=history), ctx).tokens == source[30:38]
+    # one with a shorter match of its own keeps it
+    ctx = [*source[28:30], 9, *source[:30]]
+    assert _propose(NgramDrafter(history=history), ctx).tokens == [9, *source[:7]]
 
 
 def test_the_history_stops_at_a_documents_end_and_refuses_short_contested_grams() -> None:
