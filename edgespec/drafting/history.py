@@ -5,7 +5,7 @@ twentieth completion in a file, or a chat client that resends a revised function
 often continues text an earlier request *generated* (a suggestion the user only
 half took) and that no later prompt holds. ``LookupHistory`` keeps the last
 ``max_tokens`` tokens of finished requests (prompt and output) with an index of their
-n-grams; a drafter consults it where the context has no match or only a shorter one.
+n-grams; the n-gram drafter consults it where the context has no proposal.
 
 It belongs to the session that owns the target (token ids mean nothing across
 models), is shared by all of a server's slots (a lock guards it: slots run on their
@@ -233,18 +233,3 @@ def _agreement(tokens: array, end: int, context: Sequence[int]) -> int:
     while n < limit and tokens[end - 1 - n] == context[-1 - n]:
         n += 1
     return n
-
-
-def attach_history(drafter: object, history: LookupHistory) -> LookupHistory | None:
-    """Give ``drafter``'s prompt lookup (itself, or a composite's first drafter) the
-    ``history`` unless it has one; returns the history it drafts from (None: it has no
-    prompt lookup)."""
-    from .composite import CompositeDrafter
-    from .ngram import NgramDrafter
-
-    lookup = drafter.first if isinstance(drafter, CompositeDrafter) else drafter
-    if not isinstance(lookup, NgramDrafter):
-        return None
-    if lookup.history is None:
-        lookup.history = history
-    return lookup.history
