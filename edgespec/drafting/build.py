@@ -20,6 +20,7 @@ from .base import Drafter
 from .compat import incompatibility
 from .composite import CompositeDrafter
 from .crossvocab import CrossVocabDrafter
+from .history import LookupHistory
 from .model import ModelDrafter
 from .ngram import NgramDrafter
 
@@ -120,3 +121,15 @@ def fork_drafter(drafter: Drafter | None, target: LlamaModel, seq: int) -> Draft
     if isinstance(drafter, ModelDrafter):
         return ModelDrafter(drafter.model.sequence(seq))
     raise TypeError(f"cannot fork a {type(drafter).__name__} for a sequence")
+
+
+def attach_history(drafter: Drafter, history: LookupHistory) -> LookupHistory | None:
+    """Give ``drafter``'s prompt lookup (itself, or a composite's first drafter) the
+    ``history`` unless it has one; returns the history it drafts from (None: it has no
+    prompt lookup)."""
+    lookup = drafter.first if isinstance(drafter, CompositeDrafter) else drafter
+    if not isinstance(lookup, NgramDrafter):
+        return None
+    if lookup.history is None:
+        lookup.history = history
+    return lookup.history
