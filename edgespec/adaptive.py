@@ -17,6 +17,7 @@ costs.CALIBRATION_SIZES), and an interpolated size can cost 25% more than priced
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -155,6 +156,7 @@ class AdaptiveGamma:
         # sequences sharing the target's decodes (a parallel server's slot; None alone)
         self.share: BatchShare | None = None
         self.on_curve: Callable[[CostCurve], None] | None = None  # told of a new curve
+        self.gaps_lock: threading.Lock | None = None  # held while timing (gaps shared)
 
     def set_curve(self, verify: CostCurve) -> None:
         """Use a new cost curve (a better measured one); the online corrections,
@@ -179,14 +181,24 @@ class AdaptiveGamma:
         t0 = time.perf_counter()
         if self.share is not None and not self.share.alone():
             return  # a decode shared with other sequences times them too
-        curve = self.gaps.measure(model)
-        self.gap_s += time.perf_counter() - t0
-        if curve is not None:
-            self.set_curve(curve)
-            if self.on_curve is not None:
-                self.on_curve(curve)
-        if self.gaps.done or self.gaps.stopped:
-            self.gaps = None
+        lock = self.gaps_lock
+        if lock is not None and not lock.acquire(blocking=False):
+            return  # another slot is timing a batch of the same curve
+        try:
+            if self.gaps.done or self.gaps.stopped:  # (finished by another slot)
+                self.gaps = None
+                return
+            curve = self.gaps.measure(model)
+            self.gap_s += time.perf_counter() - t0
+            if curve is not None:
+                self.set_curve(curve)
+                if self.on_curve is not None:
+                    self.on_curve(curve)
+            if self.gaps.done or self.gaps.stopped:
+                self.gaps = None
+        finally:
+            if lock is not None:
+                lock.release()
 
     def start_generation(self) -> None:
         """Forget what belongs to the last generation's text, keep what was learned.

@@ -12,6 +12,7 @@ committed tokens only, so the next request reuses its common prefix as usual.
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,9 +135,9 @@ class CompletionSession:
     def slot_sessions(self) -> list[CompletionSession]:
         """One session per sequence of the target's context: this one when it holds
         one sequence; else a view of sequence i each, with a drafter and an adaptive
-        policy of its own (what one policy learns is its own slot's text). Only the
-        first slot measures the cost curve between rounds, when it runs alone; a
-        curve it measures goes to every slot's policy."""
+        policy of its own (what one policy learns is its own slot's text). The slots
+        share one measurement of the cost curve between rounds, taken by whichever
+        slot runs alone; a curve measured goes to every slot's policy."""
         n_seq = getattr(self.target, "n_seq", 1)
         if n_seq == 1:
             return [self]
@@ -151,8 +152,6 @@ class CompletionSession:
                 assert s.drafter is not None
                 s._policy = make_policy(s.target, s.drafter)
                 s._policy.share = s.target
-                if i > 0:
-                    s._policy.gaps = None
             out.append(s)
         policies = [s._policy for s in out if s._policy is not None]
 
@@ -160,8 +159,9 @@ class CompletionSession:
             for p in policies:
                 p.set_curve(curve)
 
-        if policies:
-            policies[0].on_curve = spread
+        lock = threading.Lock()  # one slot at a time times a batch
+        for p in policies:
+            p.gaps, p.gaps_lock, p.on_curve = policies[0].gaps, lock, spread
         return out
 
     @property

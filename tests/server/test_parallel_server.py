@@ -203,3 +203,11 @@ def test_id_slot_picks_the_slot_and_a_missing_one_is_a_400(parallel_server: Runn
     )
     events = [json.loads(x[5:]) for x in text.split("\n") if x.startswith("data:")]
     assert status == 200 and events and {e["id_slot"] for e in events} == {3}
+
+
+def test_the_slots_share_one_curve_measurement(parallel_server: Running) -> None:
+    policies = [s.session._policy for s in parallel_server.server.scheduler.slots]
+    assert all(p is not None for p in policies) and len({id(p) for p in policies}) == 4
+    assert len({id(p.gaps_lock) for p in policies}) == 1  # one slot times a batch at once
+    assert len({id(p.gaps) for p in policies}) == 1  # the same measurement (or none left)
+    assert len({id(p.verify) for p in policies}) == 1  # and the same curve
