@@ -104,7 +104,9 @@ class NgramDrafter:
                 else:
                     tokens = list(context[end : end + n])
                 break
-        if self.history is not None and not tokens:
+        # (greedy only: a sampled request's seed reproduces its output only while its
+        # drafts depend on its own text, not on which requests came before it)
+        if self.history is not None and not tokens and sampling.greedy:
             found = self.history.lookup(context, n, longer_than=match_len)
             if found is not None:
                 tokens, match_len = found

@@ -72,6 +72,7 @@ class EdgespecServer(ThreadingHTTPServer):
     """An HTTP server around one CompletionSession and its slots (edgespec.server.slots)."""
 
     daemon_threads = True
+    block_on_close = False  # shutting down never waits for a client's connection
     allow_reuse_address = True
 
     def __init__(
