@@ -16,6 +16,7 @@ from .model import (  # noqa: E402
     FimTokens,
     LlamaModel,
     VocabInfo,
+    check_gguf_file,
 )
 from .quantize import QUANT_TYPES, model_description, quant_type, quantize_model  # noqa: E402
 from .rpc import (  # noqa: E402
@@ -43,6 +44,7 @@ __all__ = [
     "GrammarMatcher",
     "LlamaModel",
     "VocabInfo",
+    "check_gguf_file",
     "check_gbnf",
     "compile_grammar",
     "default_threads",

@@ -18,11 +18,12 @@ from pathlib import Path
 import llama_cpp as ll
 import numpy as np
 
-from ..errors import BackendError, ContextFullError, ModelLoadError
+from ..errors import BackendError, ModelLoadError
 from ..files import check_regular_file
 from .gbnf import GrammarMatcher, compile_grammar
 from .kernels import FAST_KERNELS, default_threads
 from .log import _failure_reason, _log_tail
+from .rows import decode_rows
 from .rpc import rpc_devices
 
 DEFAULT_CTX = 4096
@@ -61,7 +62,8 @@ class FimTokens:
         return None not in (self.pre, self.suf, self.mid)
 
 
-def _check_gguf_file(path: Path) -> None:
+def check_gguf_file(path: Path) -> None:
+    """ModelLoadError (one line) unless path is a readable regular file with GGUF's magic."""
     check_regular_file(path)  # by stat, before opening: a named pipe would block the open
     try:
         with path.open("rb") as f:
@@ -104,7 +106,7 @@ class LlamaModel:
         if isinstance(n_seq, bool) or not isinstance(n_seq, int) or not 1 <= n_seq <= MAX_SEQ:
             raise BackendError(f"n_seq must be a whole number from 1 to {MAX_SEQ}, got {n_seq!r}")
         self.path = Path(path)
-        _check_gguf_file(self.path)
+        check_gguf_file(self.path)
         self.rpc = tuple(rpc or ())
         mparams = ll.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
@@ -251,20 +253,8 @@ class LlamaModel:
             next decode on this model; copy it to keep it.
         """
         n = len(tokens)
-        if n == 0:
-            raise BackendError("decode called with no tokens")
-        if len(self.tokens) + n > self.n_ctx:
-            raise ContextFullError(
-                f"context full: {len(self.tokens)} + {n} tokens exceed the context of {self.n_ctx}"
-            )
-        if isinstance(logits, str):
-            rows = {"last": [n - 1], "all": list(range(n)), "none": []}[logits]
-        else:
-            rows = list(logits)
-        last_start = (n - 1) // self.n_batch * self.n_batch
-        if any(not (last_start <= r < n) for r in rows):
-            # Logits of an earlier chunk would be overwritten by the next decode.
-            raise BackendError(f"logits requested outside the last batch of {self.n_batch} tokens")
+        rows, last_start = decode_rows(n, logits, held=len(self.tokens), n_ctx=self.n_ctx,
+                                       n_batch=self.n_batch)  # fmt: skip
         wanted = set(rows)
         for start in range(0, n, self.n_batch):
             chunk = tokens[start : start + self.n_batch]

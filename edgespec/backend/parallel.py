@@ -34,7 +34,8 @@ from typing import Any
 import llama_cpp as ll
 import numpy as np
 
-from ..errors import BackendError, ContextFullError
+from ..errors import BackendError
+from .rows import decode_rows
 
 LlamaModel = Any  # edgespec.backend.model.LlamaModel (which imports this module)
 
@@ -277,20 +278,8 @@ class SequenceView:
     def decode(self, tokens: Sequence[int], *, logits: str | Sequence[int] = "last") -> np.ndarray:
         """As LlamaModel.decode, for this sequence; the rows are a copy."""
         n = len(tokens)
-        if n == 0:
-            raise BackendError("decode called with no tokens")
-        if len(self.tokens) + n > self.n_ctx:
-            raise ContextFullError(
-                f"context full: {len(self.tokens)} + {n} tokens exceed the context of {self.n_ctx}"
-            )
-        if isinstance(logits, str):
-            rows = {"last": [n - 1], "all": list(range(n)), "none": []}[logits]
-        else:
-            rows = list(logits)
-        n_batch = self.model.n_batch
-        last_start = (n - 1) // n_batch * n_batch
-        if any(not (last_start <= r < n) for r in rows):
-            raise BackendError(f"logits requested outside the last batch of {n_batch} tokens")
+        rows, last_start = decode_rows(n, logits, held=len(self.tokens), n_ctx=self.n_ctx,
+                                       n_batch=self.model.n_batch)  # fmt: skip
         wanted = set(rows)
         out = np.empty((0, self.model.n_vocab), dtype=np.float32)
         for start, end in self._pieces(n, last_start):

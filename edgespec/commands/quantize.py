@@ -14,13 +14,18 @@ import os
 import sys
 from pathlib import Path
 
-from ..backend import QUANT_TYPES, LlamaModel, model_description, quant_type, quantize_model
-from ..errors import InvalidParameterError, ModelLoadError
+from ..backend import (
+    QUANT_TYPES,
+    LlamaModel,
+    check_gguf_file,
+    model_description,
+    quant_type,
+    quantize_model,
+)
+from ..errors import InvalidParameterError
 from ..files import replace_file
 from ..loading import resolve_model
 from .options import THREADS_HELP
-
-GGUF_MAGIC = b"GGUF"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -54,13 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _check_source(spec: str) -> Path:
     path = resolve_model(spec)  # a missing file or an unknown name: one line
-    try:
-        with path.open("rb") as f:
-            magic = f.read(4)
-    except OSError as exc:
-        raise ModelLoadError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if magic != GGUF_MAGIC:
-        raise ModelLoadError(f"not a GGUF file (bad magic {magic!r}): {path}")
+    check_gguf_file(path)
     return path
 
 
