@@ -12,6 +12,7 @@ tokens are compared.
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -222,13 +223,21 @@ def test_an_urgent_sequence_defers_the_others_rows_and_both_stay_exact(
     urgent, other = shared.sequence(0), shared.sequence(1)
     before = urgent.batcher.deferred
 
-    def run(view, prompt, **kw):
-        def go():
-            with view.working(**kw):
-                return _greedy_rows(view, prompt, n=40)[0]
+    marked, started = threading.Event(), threading.Event()
 
-        return go
+    def first():
+        with urgent.working(urgent=True):
+            marked.set()
+            assert started.wait(30)
+            time.sleep(0.2)  # the other's first decode is waiting by now (deferred)
+            return _greedy_rows(urgent, PROMPTS[0], n=40)[0]
 
-    got = _in_threads([run(urgent, PROMPTS[0], urgent=True), run(other, PROMPTS[1])])
+    def second():
+        assert marked.wait(30)  # (the urgent sequence is working before this one starts)
+        with other.working():
+            started.set()
+            return _greedy_rows(other, PROMPTS[1], n=40)[0]
+
+    got = _in_threads([first, second])
     assert got == want
     assert urgent.batcher.deferred > before  # the other's rows were held back at times
