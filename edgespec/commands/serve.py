@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import signal
 import sys
 
 from ..completion.session import AUTO, load_session
@@ -129,6 +130,10 @@ def run(args: argparse.Namespace) -> int:
             "is set (--api-key)",
             file=sys.stderr,
         )
+    # Ctrl+C (SIGINT) stops the server even when the parent left it blocked or
+    # ignored (a signal mask and SIG_IGN are inherited across exec)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     serve(server)
     # Everything is closed and nothing is left to write (caches are replaced atomically
     # when written): end here rather than in the interpreter's finalization, which
