@@ -118,21 +118,36 @@ def test_the_core_imports_nothing_above_it() -> None:
             assert not above, f"{name} imports {above}"
 
 
-def test_only_the_backend_touches_llama_cpp() -> None:
+def test_one_module_touches_llama_cpp() -> None:
+    # edgespec.backend.bindings is the one seam to llama-cpp-python; the rest of the
+    # backend reaches llama.cpp through it, everything else through edgespec.backend
     files = [*MODULES.values(), *sorted((ROOT / "scripts").glob("*.py"))]
     touching = set()
     for path in files:
         for module in _imported(path.stem, path):
             if module == "llama_cpp" or module.startswith("llama_cpp."):
                 touching.add(path.relative_to(ROOT).as_posix())
-    backend = {p.relative_to(ROOT).as_posix() for p in (ROOT / "edgespec/backend").glob("*.py")}
-    assert touching and touching <= backend, sorted(touching - backend)
+    assert touching == {"edgespec/backend/bindings.py"}, sorted(touching)
+
+
+def test_only_the_backend_imports_the_bindings() -> None:
+    for name, deps in _graph().items():
+        if not _under(name, ("edgespec.backend",)):
+            assert "edgespec.backend.bindings" not in deps, name
 
 
 def test_the_kernel_mode_is_set_before_llama_cpp_loads() -> None:
-    # edgespec.backend's first import sets the environment llama.cpp reads at load
-    first = ast.parse((ROOT / "edgespec/backend/__init__.py").read_text()).body
-    imports = [n for n in first if isinstance(n, ast.Import | ast.ImportFrom)]
-    assert isinstance(imports[1], ast.ImportFrom) and imports[1].module == "kernels"
+    # the bindings' first import sets the environment llama.cpp reads at load
+    path = ROOT / "edgespec/backend/bindings.py"
+    body = ast.parse(path.read_text()).body
+    imports = [n for n in body if isinstance(n, ast.Import | ast.ImportFrom)]
+    first_llama = next(
+        i
+        for i, n in enumerate(imports)
+        if isinstance(n, ast.Import) and n.names[0].name == "llama_cpp"
+    )
+    assert any(
+        isinstance(n, ast.ImportFrom) and n.module == "kernels" for n in imports[:first_llama]
+    )
     kernels = ROOT / "edgespec/backend/kernels.py"
     assert not {m for m in _imported("edgespec.backend.kernels", kernels) if "llama" in m}

@@ -1,16 +1,14 @@
-"""The only package that touches llama_cpp: models, contexts, RPC workers, grammars.
+"""edgespec's only way to llama.cpp: models, contexts, RPC workers, grammars.
 
-``kernels`` sets the kernel mode before llama.cpp loads, so it is imported first.
+Only ``bindings`` imports ``llama_cpp``; it sets the kernel mode first.
 """
 
 from __future__ import annotations
 
-from .kernels import FAST_KERNELS, default_threads  # isort: skip  (before llama_cpp)
-
-import llama_cpp as ll  # noqa: E402
-
-from .gbnf import GrammarMatcher, check_gbnf, compile_grammar, json_schema_to_gbnf  # noqa: E402
-from .model import (  # noqa: E402
+from .bindings import json_schema_to_gbnf, ll
+from .gbnf import GrammarMatcher, check_gbnf, compile_grammar
+from .kernels import FAST_KERNELS, default_threads
+from .model import (
     DEFAULT_BATCH,
     DEFAULT_CTX,
     FimTokens,
@@ -18,8 +16,8 @@ from .model import (  # noqa: E402
     VocabInfo,
     check_gguf_file,
 )
-from .quantize import QUANT_TYPES, model_description, quant_type, quantize_model  # noqa: E402
-from .rpc import (  # noqa: E402
+from .quantize import QUANT_TYPES, model_description, quant_type, quantize_model
+from .rpc import (
     RPC_DEFAULT_PORT,
     RPC_UNAVAILABLE,
     DeviceInfo,

@@ -6,9 +6,9 @@ import contextlib
 import ctypes
 import os
 
-import llama_cpp as ll
 import numpy as np
 
+from .bindings import ll
 from .log import _failure_reason, _log_tail
 
 # llama_token_data {int32 id; float logit; float p}: candidates the grammar sampler masks
@@ -58,13 +58,6 @@ def compile_grammar(text: str, root: str, vocab: object | None = None) -> object
 def check_gbnf(text: str, root: str = "root") -> None:
     """Parse a GBNF grammar with llama.cpp's parser; ValueError (one line) if it is refused."""
     ll.llama_sampler_free(compile_grammar(text, root))
-
-
-def json_schema_to_gbnf(schema_json: str) -> str:
-    """llama-cpp-python's JSON-schema-to-GBNF converter (llama.cpp's json_schema_to_grammar)."""
-    from llama_cpp.llama_grammar import json_schema_to_gbnf as convert
-
-    return convert(schema_json)
 
 
 class GrammarMatcher:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ctypes
 import re
 
-import llama_cpp as ll
+from .bindings import ll
 
 # enum ggml_log_level of this build's ggml.h (llama_cpp/_logger.py's comment shows an
 # older order, where 4 was DEBUG): NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5.

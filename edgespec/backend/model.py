@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import llama_cpp as ll
 import numpy as np
 
 from ..errors import BackendError, ModelLoadError
 from ..files import check_regular_file
+from .bindings import ll
 from .gbnf import GrammarMatcher, compile_grammar
 from .kernels import FAST_KERNELS, default_threads
 from .log import _failure_reason, _log_tail

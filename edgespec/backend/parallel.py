@@ -31,10 +31,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import llama_cpp as ll
 import numpy as np
 
 from ..errors import BackendError
+from .bindings import ll
 from .rows import decode_rows
 
 LlamaModel = Any  # edgespec.backend.model.LlamaModel (which imports this module)

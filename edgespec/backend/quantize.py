@@ -15,9 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import llama_cpp as ll
-
 from ..errors import BackendError
+from .bindings import ll
 from .kernels import default_threads
 from .log import _failure_reason, _log_tail
 

@@ -17,9 +17,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import llama_cpp as ll
-
 from ..errors import BackendError
+from .bindings import libggml, ll
 from .kernels import default_threads
 
 RPC_UNAVAILABLE = "this llama.cpp was built without RPC; rebuild with scripts/bootstrap.sh"
@@ -39,8 +38,7 @@ def _ggml():
     """The ggml library llama_cpp loaded, with the registry functions declared."""
     global _ggml_lib
     if _ggml_lib is None:
-        from llama_cpp._ggml import libggml as lib
-
+        lib = libggml()
         vp, sz = ctypes.c_void_p, ctypes.c_size_t
         for name, res, args in (
             ("ggml_backend_reg_by_name", vp, [ctypes.c_char_p]),
