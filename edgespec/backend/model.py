@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import BackendError, ModelLoadError
 from ..files import check_regular_file
+from ..prefix import common_prefix
 from .bindings import ll
 from .gbnf import GrammarMatcher, compile_grammar
 from .kernels import FAST_KERNELS, default_threads
@@ -361,10 +362,7 @@ class LlamaModel:
 
         At least one token is left to decode, since the caller needs its logits.
         """
-        n = 0
-        limit = min(len(self.tokens), len(tokens) - 1)
-        while n < limit and self.tokens[n] == tokens[n]:
-            n += 1
+        n = common_prefix(self.tokens, tokens[: len(tokens) - 1])  # one left to decode
         self.truncate(n)
         return n
 

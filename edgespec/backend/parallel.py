@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import BackendError
+from ..prefix import common_prefix
 from .bindings import ll
 from .rows import decode_rows
 
@@ -327,19 +328,13 @@ class SequenceView:
 
     def reuse_prefix(self, tokens: Sequence[int]) -> int:
         """As LlamaModel.reuse_prefix, for this sequence."""
-        n = 0
-        limit = min(len(self.tokens), len(tokens) - 1)
-        while n < limit and self.tokens[n] == tokens[n]:
-            n += 1
+        n = common_prefix(self.tokens, tokens[: len(tokens) - 1])
         self.truncate(n)
         return n
 
     def common_prefix(self, tokens: Sequence[int]) -> int:
         """Tokens this sequence's cache shares with the start of ``tokens``."""
-        n, limit = 0, min(len(self.tokens), len(tokens))
-        while n < limit and self.tokens[n] == tokens[n]:
-            n += 1
-        return n
+        return common_prefix(self.tokens, tokens)
 
     def _resync(self) -> None:
         # called by a leader, holding the context: drop cells past what we track

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..files import replace_file
+from ..prefix import common_prefix
 
 DEFAULT_HISTORY_TOKENS = 262_144  # about 1 MiB of tokens, and an index of ~3 entries each
 # n-gram sizes indexed, longest first: the latest occurrence of a 16-gram agrees with
@@ -89,7 +90,7 @@ class LookupHistory:
         with self._lock:
             # (a document whose start was dropped holds its prefix no longer)
             shared = max(
-                (_common_prefix(doc, r) for at, r in self._recent if at >= self._base), default=0
+                (common_prefix(doc, r) for at, r in self._recent if at >= self._base), default=0
             )
             # a prefix a recent document holds is indexed there already; keep enough
             # of it before the new part for matches to run back into it
@@ -216,14 +217,6 @@ class LookupHistory:
                     self._append(tuple(d))
             self._drop_oldest()
         return len(docs)
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 def _agreement(tokens: array, end: int, context: Sequence[int]) -> int:

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..prefix import common_prefix
 from .errors import from_exception
 
 if TYPE_CHECKING:
@@ -232,8 +233,7 @@ class Scheduler:
                     if (
                         old.client == client
                         and not old.cancel.is_set()
-                        and _common_prefix(old.prompt, job.prompt)
-                        >= REPLACE_SHARE * len(old.prompt)
+                        and common_prefix(old.prompt, job.prompt) >= REPLACE_SHARE * len(old.prompt)
                     ):
                         old.replaced = True
                         old.cancel.set()
@@ -277,7 +277,7 @@ class Scheduler:
         if job.slot >= 0:
             best = self.slots[job.slot]
         else:
-            best = max(free, key=lambda s: (_common_prefix(s.cached(), job.prompt), -s.last_used))
+            best = max(free, key=lambda s: (common_prefix(s.cached(), job.prompt), -s.last_used))
         if best is not slot:
             self._cv.notify_all()  # (that slot's thread takes it)
             return None
@@ -346,13 +346,6 @@ class Scheduler:
 def _rank(job: Job, now: float) -> int:
     """A job's priority in the queue: its own, or the first once it waited long."""
     return PRIORITY_CODE if now - job.queued_at >= PRIORITY_AGE_S else job.priority
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n, limit = 0, min(len(a), len(b))
-    while n < limit and a[n] == b[n]:
-        n += 1
-    return n
 
 
 def _close(items: Iterator[Any]) -> None:
