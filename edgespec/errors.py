@@ -39,5 +39,10 @@ class BackendError(EdgespecError):
     """llama.cpp reported a failure while decoding or editing the KV cache."""
 
 
+class RpcWorkerLost(BackendError):
+    """An RPC worker holding the target's layers died: that target is gone until the
+    process starts again (the KV cache and the layers on the worker are lost)."""
+
+
 class CatalogError(EdgespecError):
     """The model catalog (models/catalog.toml or $EDGESPEC_CATALOG) is malformed."""

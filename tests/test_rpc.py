@@ -413,3 +413,85 @@ def test_the_chat_app_loads_its_target_through_workers(models, synthetic_models)
         finally:
             engine.close()
     assert replies[0] == replies[1] and len(replies[0]) > 0
+
+
+def test_a_worker_killed_mid_request_leaves_the_server_up(synthetic_models, tmp_path) -> None:
+    """`edgespec serve --rpc` with two slots: a worker killed while a streamed request
+    decodes through it ends that request with an error event naming the lost worker
+    (and the other slot's request with one too); the server stays up, /health answers
+    503 and says why, a new request gets a 503 with code rpc_worker_lost at once, and
+    the server still stops cleanly."""
+    import http.client
+    import json
+    import urllib.error
+    import urllib.request
+
+    require_rpc()
+    ws = [Worker(tmp_path), Worker(tmp_path)]
+    proxies = [LatencyProxy(w.endpoint, 20).start() for w in ws]  # slow passes: time to kill
+    target = str(synthetic_models["target"])
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "edgespec.cli", "serve", "--target", target, "--port", "0"]
+        + ["--threads", "1", "--ctx", "4096", "--draft", "none", "--parallel", "2"]
+        + ["--rpc", ",".join(p.address for p in proxies)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    try:
+        assert serve.stderr is not None
+        line = serve.stderr.readline()
+        while line and "serving" not in line:
+            line = serve.stderr.readline()
+        assert "on http://" in line, line + serve.stderr.read()
+        base = line.rsplit(" on ", 1)[1].strip()
+        host, port = base.removeprefix("http://").rsplit(":", 1)
+        body = {"prompt": "Once upon a time", "max_tokens": 2000, "temperature": 0}
+        conns, streams = [], []
+        for _ in range(2):
+            conn = http.client.HTTPConnection(host, int(port), timeout=120)
+            conn.request(
+                "POST",
+                "/v1/completions",
+                json.dumps({**body, "stream": True}),
+                {"Content-Type": "application/json"},
+            )
+            conns.append(conn)
+            streams.append(conn.getresponse())
+        for r in streams:
+            assert r.status == 200
+            assert r.readline().startswith(b"data: ")  # the first chunk: it is decoding
+        ws[1].proc.send_signal(signal.SIGKILL)
+        errors = []
+        for r in streams:
+            events = [ln for ln in r.read().decode().splitlines() if ln.startswith("data: {")]
+            last = json.loads(events[-1].removeprefix("data: "))
+            errors.append(last.get("error", {}))
+        for err in errors:
+            assert err.get("code") == "rpc_worker_lost", errors
+            assert "lost an RPC worker" in err["message"]
+        assert serve.poll() is None  # the server is still up
+        with pytest.raises(urllib.error.HTTPError) as health:
+            urllib.request.urlopen(base + "/health", timeout=30)
+        assert health.value.code == 503
+        state = json.loads(health.value.read())
+        assert state["status"] == "error" and "lost an RPC worker" in state["error"]
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            _post(base, "/v1/completions", {**body, "max_tokens": 4})
+        assert refused.value.code == 503
+        assert json.loads(refused.value.read())["error"]["code"] == "rpc_worker_lost"
+        for conn in conns:
+            conn.close()
+        serve.send_signal(signal.SIGINT)  # Ctrl+C: stops, a slot's thread parked or not
+        assert serve.wait(timeout=60) == 0
+        log = serve.stderr.read()
+        assert "lost an RPC worker" in log and "Traceback" not in log, log
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
+        for p in proxies:
+            p.close()
+        for w in ws:
+            w.stop()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BackendError, ModelLoadError
+from ..errors import BackendError, ModelLoadError, RpcWorkerLost
 from ..files import check_regular_file
 from ..prefix import common_prefix
 from .bindings import ll
@@ -25,7 +25,7 @@ from .gbnf import GrammarMatcher, compile_grammar
 from .kernels import FAST_KERNELS, default_threads
 from .log import _failure_reason, _log_tail
 from .rows import decode_rows
-from .rpc import rpc_devices
+from .rpc import rpc_devices, rpc_worker_lost
 
 DEFAULT_CTX = 4096
 MAX_SEQ = 64  # sequences one context may hold (llama.cpp's LLAMA_MAX_SEQ is 256)
@@ -253,6 +253,7 @@ class LlamaModel:
             A (rows, n_vocab) float32 view into llama.cpp's buffer, valid until the
             next decode on this model; copy it to keep it.
         """
+        self._check_workers()
         n = len(tokens)
         rows, last_start = decode_rows(n, logits, held=len(self.tokens), n_ctx=self.n_ctx,
                                        n_batch=self.n_batch)  # fmt: skip
@@ -291,6 +292,7 @@ class LlamaModel:
     ) -> list[np.ndarray]:
         """One llama_decode over (seq_id, first position, tokens, want_logits) parts; a
         copy of each part's wanted logit rows (the parts hold n_batch tokens at most)."""
+        self._check_workers()
         self._fill_rows(parts)
         rc = ll.llama_decode(self._ctx, self._batch)
         if rc != 0:
@@ -334,10 +336,16 @@ class LlamaModel:
             ]
         )
 
+    def _check_workers(self) -> None:
+        """RpcWorkerLost once a worker is gone: its layers, and this context, with it."""
+        if self.rpc and (lost := rpc_worker_lost()) is not None:
+            raise RpcWorkerLost(lost)
+
     def truncate(self, n: int) -> None:
         """Roll the KV cache back so it holds exactly the first n tokens."""
         if n >= len(self.tokens):
             return
+        self._check_workers()
         if n < 0:
             raise BackendError(f"cannot truncate to {n} tokens")
         ok = ll.llama_memory_seq_rm(self._mem, 0, n, -1)
@@ -354,6 +362,7 @@ class LlamaModel:
 
     def reset(self) -> None:
         """Empty the KV cache."""
+        self._check_workers()
         ll.llama_memory_clear(self._mem, True)
         self.tokens.clear()
 
@@ -367,7 +376,13 @@ class LlamaModel:
         return n
 
     def close(self) -> None:
-        """Free the context and the model (idempotent)."""
+        """Free the context and the model (idempotent).
+
+        Not after a lost worker: a thread is parked inside this context's decode (see
+        stay_up_on_worker_loss), so it is left allocated until the process ends.
+        """
+        if self.rpc and rpc_worker_lost() is not None:
+            return
         if self._batch is not None:
             ll.llama_batch_free(self._batch)
             self._batch = None

@@ -27,16 +27,18 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ..errors import BackendError
+from ..errors import BackendError, RpcWorkerLost
 from ..prefix import common_prefix
 from .bindings import ll
 from .rows import decode_rows
+from .rpc import on_rpc_worker_lost
 
 LlamaModel = Any  # edgespec.backend.model.LlamaModel (which imports this module)
 
@@ -82,6 +84,8 @@ class Batcher:
         self.shared = 0  # ... of which carried more than one sequence
         self.rows = 0  # rows decoded in all
         self.deferred = 0  # decodes that left a waiting, not urgent sequence out
+        self._inflight: list[_Part] = []  # the parts of the decode running now
+        self._failed: BaseException | None = None  # the context is gone (fail)
 
     # ------------------------------------------------------------------ waiting
 
@@ -138,6 +142,8 @@ class Batcher:
         """Decode tokens for view (at its next positions); its wanted rows, copied."""
         part = _Part(view, tokens, want)
         with self._cv:
+            if self._failed is not None:
+                raise self._failed
             self._pending.append(part)
             self._cv.notify_all()
             while not part.done:
@@ -157,6 +163,7 @@ class Batcher:
         # llama.cpp splits a batch over per-sequence KV streams into ubatches of
         # consecutive sequence ids, in batch order: ascending ids make fewer of them
         batch.sort(key=lambda p: p.view.seq_id)
+        self._inflight = batch
         self._cv.release()
         t0 = time.perf_counter()
         try:
@@ -172,6 +179,7 @@ class Batcher:
         finally:
             elapsed = time.perf_counter() - t0
             self._cv.acquire()
+            self._inflight = []
             self._busy = False
             self.last_decode_s = elapsed
             self.decodes += 1
@@ -184,12 +192,24 @@ class Batcher:
                 p.done = True
             self._cv.notify_all()
 
+    def fail(self, exc: BaseException) -> None:
+        """The context is gone for good (a lost RPC worker, whose decode never returns):
+        every waiting decode, and every later one, raises exc instead of waiting."""
+        with self._cv:
+            self._failed = exc
+            for part in [*self._pending, *self._inflight]:
+                part.error, part.done = exc, True
+            self._pending = []
+            self._cv.notify_all()
+
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
         """Hold the context alone (no decode runs meanwhile): for KV cache edits."""
         with self._cv:
-            while self._busy:
+            while self._busy and self._failed is None:
                 self._cv.wait()
+            if self._failed is not None:
+                raise self._failed
             self._busy = True
         try:
             yield
@@ -214,7 +234,13 @@ _batchers: dict[int, Batcher] = {}
 
 def batcher_of(model: LlamaModel) -> Batcher:
     """The Batcher of model's context (one per context)."""
-    return _batchers.setdefault(id(model), Batcher(model))
+    batcher = _batchers.get(id(model))
+    if batcher is None:
+        batcher = _batchers[id(model)] = Batcher(model)
+        if getattr(model, "rpc", ()):  # its decodes may never return: see fail
+            ref = weakref.ref(batcher)
+            on_rpc_worker_lost(lambda msg: (b := ref()) and b.fail(RpcWorkerLost(msg)))
+    return batcher
 
 
 class SequenceView:

@@ -14,7 +14,8 @@ import contextlib
 import ctypes
 import os
 import re
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..errors import BackendError
@@ -32,6 +33,9 @@ _GGML_DEV_CPU, _GGML_DEV_ACCEL = 0, 3
 _ggml_lib = None
 _rpc_endpoints: dict[str, list[int]] = {}  # endpoint -> its device pointers, once added
 _abort_handler = None  # keeps the ctypes callback alive
+_stay_up = False  # a lost worker parks the decoding thread instead of ending the process
+_lost: str | None = None  # what was lost, once a worker has been
+_loss_listeners: list[Callable[[str], None]] = []
 
 
 def _ggml():
@@ -135,8 +139,34 @@ def probe_rpc_worker(endpoint: str, timeout: float = RPC_PROBE_TIMEOUT) -> tuple
     return major, minor, patch
 
 
+def stay_up_on_worker_loss() -> None:
+    """In a long-running process (the server): when a worker dies, park the one thread
+    that was decoding through it instead of ending the process.
+
+    ggml-rpc aborts on a lost worker, from inside that thread's llama_decode, and
+    nothing can be unwound from there; a thread that never returns can at least be
+    left where it is. Every model on workers then refuses to decode or edit its cache
+    (``RpcWorkerLost``), ``rpc_worker_lost`` says what happened, and the listeners
+    registered with ``on_rpc_worker_lost`` are told once, so that whatever waited on
+    the parked decode can fail instead of waiting. The parked model is never freed.
+    """
+    global _stay_up
+    _stay_up = True
+
+
+def on_rpc_worker_lost(listener: Callable[[str], None]) -> None:
+    """Call listener(message) once a worker is lost (from the parked thread)."""
+    _loss_listeners.append(listener)
+
+
+def rpc_worker_lost() -> str | None:
+    """The one-line message of a lost worker, or None while every worker is there."""
+    return _lost
+
+
 def _install_rpc_abort_handler() -> None:
-    """Turn ggml-rpc's abort on a lost worker into one line on stderr and exit status 1.
+    """Turn ggml-rpc's abort on a lost worker into one line on stderr and exit status 1,
+    or, after ``stay_up_on_worker_loss``, into a parked thread (see there).
 
     ggml-rpc ends the process (GGML_ABORT) when a worker dies or answers nonsense;
     nothing can be unwound from there, so the message is made a clear one instead of
@@ -149,15 +179,26 @@ def _install_rpc_abort_handler() -> None:
 
     @ctypes.CFUNCTYPE(None, ctypes.c_char_p)
     def handler(message: bytes) -> None:
+        global _lost
         text = " ".join((message or b"").decode("utf-8", "replace").split())
         text = re.sub(r"^\S+:\d+: ", "", text)  # ggml_abort's "file:line: "
-        if re.search(r"RPC|Failed to connect", text):
-            workers = ",".join(_unreachable(_rpc_endpoints) or _rpc_endpoints) or "?"
+        if not re.search(r"RPC|Failed to connect", text):
+            os.write(2, f"{text}\n".encode())  # then ggml aborts, as without a handler
+            return
+        workers = ",".join(_unreachable(_rpc_endpoints) or _rpc_endpoints) or "?"
+        line = f"lost an RPC worker ({workers}): {text}"
+        if not _stay_up:
             with contextlib.suppress(Exception):
                 sys.stdout.flush()
-            os.write(2, f"edgespec: error: lost an RPC worker ({workers}): {text}\n".encode())
+            os.write(2, f"edgespec: error: {line}\n".encode())
             os._exit(1)
-        os.write(2, f"{text}\n".encode())  # then ggml aborts, as without a handler
+        first = _lost is None
+        _lost = _lost or line
+        if first:
+            for listener in list(_loss_listeners):
+                with contextlib.suppress(Exception):  # (a listener's bug must not abort)
+                    listener(_lost)
+        threading.Event().wait()  # parked for good: returning would let ggml abort
 
     _ggml().ggml_set_abort_callback(ctypes.cast(handler, ctypes.c_void_p))
     _abort_handler = handler

@@ -21,6 +21,7 @@ from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..backend import on_rpc_worker_lost, stay_up_on_worker_loss
 from ..completion.session import (
     DEFAULT_MAX_LINES,
     CodeRules,
@@ -28,7 +29,7 @@ from ..completion.session import (
     CompletionResult,
     CompletionSession,
 )
-from ..errors import EdgespecError, InvalidParameterError
+from ..errors import EdgespecError, InvalidParameterError, RpcWorkerLost
 from .errors import ApiError, bad_request, from_exception
 from .extras import detokenize, props, tokenize
 from .fields import parse_json
@@ -93,7 +94,16 @@ class EdgespecServer(ThreadingHTTPServer):
         self.log = log or (lambda _msg: None)
         self.started = int(time.time())
         self.metrics = Metrics()
+        if getattr(session.target, "rpc", ()):
+            # a lost worker ends the requests on it, not the server (see the backend's
+            # stay_up_on_worker_loss): /health says so, and new requests get a 503
+            stay_up_on_worker_loss()
+            on_rpc_worker_lost(self._worker_lost)
         super().__init__(address, Handler)
+
+    def _worker_lost(self, message: str) -> None:
+        self.log(f"error: {message}; the target is gone: restart the server to reload it")
+        self.scheduler.fail_all(RpcWorkerLost(message))
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A connection's unexpected failure: a client that reset it is no news."""
@@ -195,8 +205,10 @@ class Handler(JsonHandler):
 
     def _health(self) -> None:
         sch = self.server.scheduler
+        broken = sch.broken
         body = {
-            "status": "ok",
+            "status": "ok" if broken is None else "error",
+            **({} if broken is None else {"error": str(broken)}),
             "busy": sch.busy,
             "queued": sch.queued,
             "slots": len(sch.slots),
@@ -208,7 +220,7 @@ class Handler(JsonHandler):
             ],
             **sch.counts(),
         }
-        self._send_json(200, body)
+        self._send_json(200 if broken is None else 503, body)
 
     def _slots(self) -> None:
         self._send_json(200, [slot.state() for slot in self.server.scheduler.slots])  # type: ignore[arg-type]

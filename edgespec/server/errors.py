@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..chat_template import ChatTemplateError
-from ..errors import ContextFullError, EdgespecError, InvalidParameterError
+from ..errors import ContextFullError, EdgespecError, InvalidParameterError, RpcWorkerLost
 
 
 class ApiError(Exception):
@@ -60,6 +60,8 @@ def from_exception(exc: BaseException, param: str | None = None) -> ApiError:
         return ApiError(400, str(exc), param="messages", code="chat_template_error")
     if isinstance(exc, InvalidParameterError):
         return ApiError(400, str(exc), param=param, code="invalid_value")
+    if isinstance(exc, RpcWorkerLost):  # the server is up, the target is not
+        return ApiError(503, str(exc), kind="server_error", code="rpc_worker_lost")
     if isinstance(exc, EdgespecError):
         return ApiError(500, str(exc), kind="server_error", code="engine_error")
     return ApiError(

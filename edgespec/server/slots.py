@@ -164,6 +164,7 @@ class Scheduler:
         self.rejected = 0  # jobs that raised a client error (a 4xx: bad token ids, ...)
         self.failed = 0  # jobs that raised anything else: a defect, or the engine's failure
         self.refused = 0  # jobs refused with the queue full
+        self.broken: Exception | None = None  # the model is gone (fail_all): refuse all
         for slot in self.slots:
             slot.thread = threading.Thread(
                 target=self._loop, args=(slot,), name=f"edgespec-slot-{slot.id}", daemon=True
@@ -212,6 +213,8 @@ class Scheduler:
         editor sends a new /infill on each keystroke and wants only the last.
         """
         with self._cv:
+            if self.broken is not None:
+                raise self.broken
             if self._stopping:
                 raise QueueFull("the server is shutting down")
             free = any(s.job is None for s in self.slots)
@@ -255,6 +258,19 @@ class Scheduler:
             if slot.thread is not None:
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
                 slot.thread.join(left)
+
+    def fail_all(self, exc: Exception) -> None:
+        """The model is gone for good (a lost RPC worker): every running and queued job
+        ends with exc now, and every later submit raises it. A slot's thread that is
+        parked in the lost decode never ends its job itself."""
+        with self._cv:
+            self.broken = exc
+            for job in [*(s.job for s in self.slots if s.job is not None), *self._queue]:
+                job.cancel.set()
+                job.put(_ERROR, exc)
+                self.failed += 1
+            self._queue.clear()
+            self._cv.notify_all()
 
     def _pick(self, slot: Slot) -> Job | None:
         """The job this free slot should take now (holding the lock), or None.
