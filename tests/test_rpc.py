@@ -336,6 +336,25 @@ def _post(base: str, path: str, body: dict) -> dict:
         return json.loads(r.read())
 
 
+def _start_serve(args: list[str]) -> tuple[subprocess.Popen, str]:
+    """`edgespec serve ARGS --port 0` as a subprocess, and its base URL once it serves."""
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "edgespec.cli", "serve", "--port", "0", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    assert serve.stderr is not None
+    line = serve.stderr.readline()
+    while line and "serving" not in line:
+        line = serve.stderr.readline()
+    if "on http://" not in line:
+        serve.kill()
+        raise AssertionError(line + serve.stderr.read())
+    return serve, line.rsplit(" on ", 1)[1].strip()
+
+
 def test_serve_rpc_answers_what_local_plain_greedy_does(synthetic_models, tmp_path) -> None:
     """`edgespec serve --rpc` (its own two workers: a worker serves one client at a
     time) answers a greedy completion exactly as a local server without a draft does."""
@@ -348,25 +367,15 @@ def test_serve_rpc_answers_what_local_plain_greedy_does(synthetic_models, tmp_pa
     ws = [Worker(tmp_path), Worker(tmp_path)]
     target = str(synthetic_models["target"])
     body = {"prompt": PROMPTS[1], "max_tokens": 24, "temperature": 0}
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "edgespec.cli", "serve", "--target", target, "--port", "0"]
-        + ["--threads", "1", "--ctx", "512", "--draft", "ngram", "--gamma", "4", "--quiet"]
-        + ["--rpc", ",".join(w.endpoint for w in ws)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=ENV,
+    serve, base = _start_serve(
+        ["--target", target, "--threads", "1", "--ctx", "512", "--draft", "ngram"]
+        + ["--gamma", "4", "--quiet", "--rpc", ",".join(w.endpoint for w in ws)]
     )
     local = load_session(target, "none", gamma=0, n_ctx=512, n_threads=1)
     server = EdgespecServer(("127.0.0.1", 0), local)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        assert serve.stderr is not None
-        line = serve.stderr.readline()
-        while line and "serving" not in line:
-            line = serve.stderr.readline()
-        assert "on http://" in line, line + serve.stderr.read()
-        remote = _post(line.rsplit(" on ", 1)[1].strip(), "/v1/completions", body)
+        remote = _post(base, "/v1/completions", body)
         host, port = server.server_address[:2]
         plain = _post(f"http://{host}:{port}", "/v1/completions", body)
     finally:
@@ -430,22 +439,13 @@ def test_a_worker_killed_mid_request_leaves_the_server_up(synthetic_models, tmp_
     ws = [Worker(tmp_path), Worker(tmp_path)]
     proxies = [LatencyProxy(w.endpoint, 20).start() for w in ws]  # slow passes: time to kill
     target = str(synthetic_models["target"])
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "edgespec.cli", "serve", "--target", target, "--port", "0"]
-        + ["--threads", "1", "--ctx", "4096", "--draft", "none", "--parallel", "2"]
-        + ["--rpc", ",".join(p.address for p in proxies)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=ENV,
-    )
+    serve = None
     try:
+        serve, base = _start_serve(
+            ["--target", target, "--threads", "1", "--ctx", "4096", "--draft", "none"]
+            + ["--parallel", "2", "--rpc", ",".join(p.address for p in proxies)]
+        )
         assert serve.stderr is not None
-        line = serve.stderr.readline()
-        while line and "serving" not in line:
-            line = serve.stderr.readline()
-        assert "on http://" in line, line + serve.stderr.read()
-        base = line.rsplit(" on ", 1)[1].strip()
         host, port = base.removeprefix("http://").rsplit(":", 1)
         body = {"prompt": "Once upon a time", "max_tokens": 2000, "temperature": 0}
         conns, streams = [], []
@@ -488,7 +488,7 @@ def test_a_worker_killed_mid_request_leaves_the_server_up(synthetic_models, tmp_
         log = serve.stderr.read()
         assert "lost an RPC worker" in log and "Traceback" not in log, log
     finally:
-        if serve.poll() is None:
+        if serve is not None and serve.poll() is None:
             serve.kill()
             serve.wait()
         for p in proxies:
