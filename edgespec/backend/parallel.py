@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -238,8 +237,7 @@ def batcher_of(model: LlamaModel) -> Batcher:
     if batcher is None:
         batcher = _batchers[id(model)] = Batcher(model)
         if getattr(model, "rpc", ()):  # its decodes may never return: see fail
-            ref = weakref.ref(batcher)
-            on_rpc_worker_lost(lambda msg: (b := ref()) and b.fail(RpcWorkerLost(msg)))
+            on_rpc_worker_lost(lambda msg: batcher.fail(RpcWorkerLost(msg)))
     return batcher
 
 
