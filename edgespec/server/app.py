@@ -204,23 +204,7 @@ class Handler(JsonHandler):
     # ------------------------------------------------------------------ routes
 
     def _health(self) -> None:
-        sch = self.server.scheduler
-        broken = sch.broken
-        body = {
-            "status": "ok" if broken is None else "error",
-            **({} if broken is None else {"error": str(broken)}),
-            "busy": sch.busy,
-            "queued": sch.queued,
-            "slots": len(sch.slots),
-            "slots_processing": sch.processing,
-            "slots_idle": len(sch.slots) - sch.processing,
-            "slot_states": [
-                {"id": s["id"], "state": "processing" if s["is_processing"] else "idle"}
-                for s in (slot.state() for slot in sch.slots)
-            ],
-            **sch.counts(),
-        }
-        self._send_json(200 if broken is None else 503, body)
+        self._send_json(*self.server.scheduler.health())
 
     def _slots(self) -> None:
         self._send_json(200, [slot.state() for slot in self.server.scheduler.slots])  # type: ignore[arg-type]

@@ -348,6 +348,27 @@ class Scheduler:
                     self.failed += 1
             job.put(_ERROR, e)
 
+    def health(self) -> tuple[int, dict[str, Any]]:
+        """/health's status code and body: 503 with the reason once the model is gone."""
+        broken = self.broken
+        states = [slot.state() for slot in self.slots]
+        processing = sum(s["is_processing"] for s in states)
+        body = {
+            "status": "ok" if broken is None else "error",
+            **({} if broken is None else {"error": str(broken)}),
+            "busy": processing > 0,
+            "queued": self.queued,
+            "slots": len(self.slots),
+            "slots_processing": processing,
+            "slots_idle": len(self.slots) - processing,
+            "slot_states": [
+                {"id": s["id"], "state": "processing" if s["is_processing"] else "idle"}
+                for s in states
+            ],
+            **self.counts(),
+        }
+        return (200 if broken is None else 503), body
+
     def counts(self) -> dict[str, int]:
         """Jobs by outcome, for /health and /metrics."""
         return {
