@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from .backend import DEFAULT_CTX, LlamaModel
+from .backend import DEFAULT_CTX, DEFAULT_RPC_TIMEOUT_S, LlamaModel
 from .drafting import Drafter
 from .drafting.build import build_drafter, is_model_path, parse_draft_spec
 from .errors import ModelLoadError
@@ -95,6 +95,7 @@ def load_pair(
     gpu_layers: int = 0,
     draft_gpu_layers: int = 0,
     rpc: Sequence[str] | None = None,
+    rpc_timeout: float = DEFAULT_RPC_TIMEOUT_S,
     n_seq: int = 1,
 ) -> tuple[LlamaModel, Drafter | None]:
     """Load the target and a drafter from --draft: none, ``ngram`` (prompt lookup), a
@@ -103,7 +104,8 @@ def load_pair(
 
     A draft file or catalog name that does not exist is refused before the target
     is fetched or loaded. ``rpc`` (``HOST:PORT`` endpoints) places the target's layers
-    on llama.cpp RPC workers (``gpu_layers`` of them, 0: all); the drafter stays local.
+    on llama.cpp RPC workers (``gpu_layers`` of them, 0: all), which count as lost
+    when a decode waits on them ``rpc_timeout`` seconds; the drafter stays local.
     ``n_seq`` > 1 gives the target and a draft model that many sequences each (a
     parallel server; see edgespec.drafting.build.fork_drafter).
     """
@@ -119,6 +121,7 @@ def load_pair(
         n_threads=n_threads,
         n_gpu_layers=gpu_layers,
         rpc=rpc,
+        rpc_timeout=rpc_timeout,
         n_seq=n_seq,
     )
     drafter = build_drafter(

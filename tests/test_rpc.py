@@ -21,10 +21,12 @@ import pytest
 from edgespec.backend import (
     RPC_UNAVAILABLE,
     LlamaModel,
+    check_rpc_timeout,
     parse_rpc_endpoints,
     probe_rpc_worker,
     rpc_supported,
 )
+from edgespec.backend.rpc_watch import cut_connections
 from edgespec.bench.latency_proxy import LatencyProxy
 from edgespec.commands.worker import bind_address
 from edgespec.drafting import ModelDrafter
@@ -195,8 +197,18 @@ def test_an_unreachable_worker_is_one_line(synthetic_models) -> None:
     assert r.stderr.count("\n") == 1, r.stderr
 
 
-def test_a_worker_killed_mid_generation_ends_it_with_one_line(synthetic_models, tmp_path) -> None:
+# A worker lost two ways: killed (its connection closes), or stopped (SIGSTOP: the
+# connection stays open and nothing answers, which ggml-rpc alone waits on for ever;
+# --rpc-timeout cuts it off).
+LOSSES = {"killed": (signal.SIGKILL, []), "silent": (signal.SIGSTOP, ["--rpc-timeout", "2"])}
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_a_worker_lost_mid_generation_ends_it_with_one_line(
+    synthetic_models, tmp_path, loss
+) -> None:
     require_rpc()
+    sig, extra = LOSSES[loss]
     ws = [Worker(tmp_path), Worker(tmp_path)]
     # 20 ms each way: a generation of 2000 tokens lasts long enough to kill a worker in it
     proxies = [LatencyProxy(w.endpoint, 20).start() for w in ws]
@@ -205,7 +217,7 @@ def test_a_worker_killed_mid_generation_ends_it_with_one_line(synthetic_models, 
             [sys.executable, "-m", "edgespec.cli", "generate", "--plain", "--threads", "1"]
             + ["--target", str(synthetic_models["target"]), "--max-tokens", "2000"]
             + ["--ctx", "4096", "--prompt", "Once upon a time", "--rpc"]
-            + [",".join(p.address for p in proxies)],
+            + [",".join(p.address for p in proxies), *extra],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=ENV,
@@ -214,7 +226,7 @@ def test_a_worker_killed_mid_generation_ends_it_with_one_line(synthetic_models, 
             assert gen.stdout is not None
             first = gen.stdout.read(1)  # the first token is out: it is generating
             assert first, gen.stderr.read() if gen.stderr else ""
-            ws[1].proc.send_signal(signal.SIGKILL)
+            ws[1].proc.send_signal(sig)
             _, err = gen.communicate(timeout=60)
         finally:
             if gen.poll() is None:
@@ -224,12 +236,45 @@ def test_a_worker_killed_mid_generation_ends_it_with_one_line(synthetic_models, 
         for p in proxies:
             p.close()
         for w in ws:
-            w.stop()
+            w.stop()  # (SIGKILL: a stopped worker too)
     lines = err.decode().splitlines()
     assert gen.returncode == 1, err
     assert lines and lines[-1].startswith("edgespec: error: lost an RPC worker"), err
     assert proxies[1].address in lines[-1]
+    if loss == "silent":
+        assert "no answer from" in lines[-1] and "within 2 s" in lines[-1], lines[-1]
     assert "backtrace" not in err.decode().lower()
+
+
+def test_cut_connections_shuts_down_only_the_workers_sockets() -> None:
+    """The watchdog's cut: a read waiting on the named endpoint's connection ends (the
+    descriptor stays open for its owner); a connection elsewhere is untouched."""
+    with socket.create_server(("127.0.0.1", 0)) as a, socket.create_server(("127.0.0.1", 0)) as b:
+        to_a = socket.create_connection(a.getsockname())
+        to_b = socket.create_connection(b.getsockname())
+        with to_a, to_b, a.accept()[0], b.accept()[0]:
+            assert cut_connections([f"127.0.0.1:{a.getsockname()[1]}"]) == 1
+            to_a.settimeout(5)
+            assert to_a.recv(1) == b""  # shut down: the read returns at once
+            to_b.settimeout(0.2)
+            with pytest.raises(TimeoutError):
+                to_b.recv(1)  # still connected, still waiting
+            assert to_a.fileno() >= 0
+
+
+def test_the_rpc_timeout_is_checked_in_one_place(synthetic_models) -> None:
+    for bad in (0, -1, float("nan"), float("inf"), "5", True):
+        with pytest.raises(ValueError, match="RPC timeout"):
+            check_rpc_timeout(bad)
+    assert check_rpc_timeout(2) == 2.0
+    with pytest.raises(BackendError, match="RPC timeout must be more than 0"):
+        LlamaModel(synthetic_models["target"], n_ctx=256, rpc_timeout=0)
+    r = subprocess.run(
+        [sys.executable, "-m", "edgespec.cli", "serve", "--rpc-timeout", "0"],
+        capture_output=True, text=True, timeout=60, env=ENV,
+    )  # fmt: skip
+    assert r.returncode == 2
+    assert "--rpc-timeout: the RPC timeout must be more than 0 seconds" in r.stderr
 
 
 def test_a_worker_on_a_port_in_use_is_one_line(workers) -> None:
@@ -424,8 +469,10 @@ def test_the_chat_app_loads_its_target_through_workers(models, synthetic_models)
     assert replies[0] == replies[1] and len(replies[0]) > 0
 
 
-def test_a_worker_killed_mid_request_leaves_the_server_up(synthetic_models, tmp_path) -> None:
-    """`edgespec serve --rpc` with two slots: a worker killed while a streamed request
+@pytest.mark.parametrize("loss", LOSSES)
+def test_a_worker_lost_mid_request_leaves_the_server_up(synthetic_models, tmp_path, loss) -> None:
+    """`edgespec serve --rpc` with two slots: a worker lost (killed, or silent past
+    --rpc-timeout) while a streamed request
     decodes through it ends that request with an error event naming the lost worker
     (and the other slot's request with one too); the server stays up, /health answers
     503 and says why, a new request gets a 503 with code rpc_worker_lost at once, and
@@ -436,6 +483,7 @@ def test_a_worker_killed_mid_request_leaves_the_server_up(synthetic_models, tmp_
     import urllib.request
 
     require_rpc()
+    sig, extra = LOSSES[loss]
     ws = [Worker(tmp_path), Worker(tmp_path)]
     proxies = [LatencyProxy(w.endpoint, 20).start() for w in ws]  # slow passes: time to kill
     target = str(synthetic_models["target"])
@@ -443,7 +491,7 @@ def test_a_worker_killed_mid_request_leaves_the_server_up(synthetic_models, tmp_
     try:
         serve, base = _start_serve(
             ["--target", target, "--threads", "1", "--ctx", "4096", "--draft", "none"]
-            + ["--parallel", "2", "--rpc", ",".join(p.address for p in proxies)]
+            + ["--parallel", "2", "--rpc", ",".join(p.address for p in proxies), *extra]
         )
         assert serve.stderr is not None
         host, port = base.removeprefix("http://").rsplit(":", 1)
@@ -462,7 +510,7 @@ def test_a_worker_killed_mid_request_leaves_the_server_up(synthetic_models, tmp_
         for r in streams:
             assert r.status == 200
             assert r.readline().startswith(b"data: ")  # the first chunk: it is decoding
-        ws[1].proc.send_signal(signal.SIGKILL)
+        ws[1].proc.send_signal(sig)
         errors = []
         for r in streams:
             events = [ln for ln in r.read().decode().splitlines() if ln.startswith("data: {")]
@@ -471,6 +519,7 @@ def test_a_worker_killed_mid_request_leaves_the_server_up(synthetic_models, tmp_
         for err in errors:
             assert err.get("code") == "rpc_worker_lost", errors
             assert "lost an RPC worker" in err["message"]
+            assert loss != "silent" or "no answer from" in err["message"], err
         assert serve.poll() is None  # the server is still up
         with pytest.raises(urllib.error.HTTPError) as health:
             urllib.request.urlopen(base + "/health", timeout=30)

@@ -69,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         gpu_layers=args.gpu_layers,
         draft_gpu_layers=args.draft_gpu_layers,
         rpc=tuple(args.rpc or ()),
+        rpc_timeout=args.rpc_timeout,
     )
     # Fetch named models before the app takes the terminal, so download progress
     # shows as plain lines; any error is left for the app to show as a notification.

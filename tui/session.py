@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from edgespec.backend import LlamaModel
+from edgespec.backend import DEFAULT_RPC_TIMEOUT_S, LlamaModel
 from edgespec.chat_template import ChatFormat
 from edgespec.drafting import Drafter, build_drafter
 from edgespec.drafting.build import NGRAM, attach_history, parse_draft_spec
@@ -108,6 +108,7 @@ class ModelChoice:
     gpu_layers: int = 0
     draft_gpu_layers: int = 0
     rpc: tuple[str, ...] = ()  # llama.cpp RPC workers for the target's layers (--rpc)
+    rpc_timeout: float = DEFAULT_RPC_TIMEOUT_S  # seconds a decode may wait on them
 
 
 def display_name(spec: str) -> str:
@@ -141,6 +142,7 @@ class LlamaChatEngine:
             gpu_layers=choice.gpu_layers,
             draft_gpu_layers=choice.draft_gpu_layers,
             rpc=choice.rpc,
+            rpc_timeout=choice.rpc_timeout,
         )
         return cls(choice, target, drafter)
 

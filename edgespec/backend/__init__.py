@@ -32,10 +32,12 @@ from .rpc import (
     stay_up_on_worker_loss,
     worker_devices,
 )
+from .rpc_watch import DEFAULT_RPC_TIMEOUT_S, check_rpc_timeout
 
 __all__ = [
     "DEFAULT_BATCH",
     "DEFAULT_CTX",
+    "DEFAULT_RPC_TIMEOUT_S",
     "FAST_KERNELS",
     "QUANT_TYPES",
     "RPC_DEFAULT_PORT",
@@ -46,6 +48,7 @@ __all__ = [
     "LlamaModel",
     "VocabInfo",
     "check_gguf_file",
+    "check_rpc_timeout",
     "check_gbnf",
     "compile_grammar",
     "default_threads",

@@ -26,6 +26,7 @@ from .kernels import FAST_KERNELS, default_threads
 from .log import _failure_reason, _log_tail
 from .rows import decode_rows
 from .rpc import rpc_devices, rpc_worker_lost
+from .rpc_watch import DEFAULT_RPC_TIMEOUT_S, check_rpc_timeout, watched
 
 DEFAULT_CTX = 4096
 MAX_SEQ = 64  # sequences one context may hold (llama.cpp's LLAMA_MAX_SEQ is 256)
@@ -87,6 +88,8 @@ class LlamaModel:
         rpc: llama.cpp RPC workers (``HOST:PORT``) to spread the layers over, split
             by their memory as llama.cpp's --rpc does; BackendError if one cannot be
             reached.
+        rpc_timeout: seconds a decode may wait on the workers; past it they count as
+            lost (see edgespec.backend.rpc_watch), where ggml-rpc would wait for ever.
         n_seq: sequences the context holds, each with ``n_ctx`` cells of its own (a
             per-sequence KV stream, not a unified cache: see edgespec.backend.parallel);
             with more than one, ``sequence(i)`` gives each its view. The model's own
@@ -102,6 +105,7 @@ class LlamaModel:
         n_gpu_layers: int = 0,
         n_batch: int = DEFAULT_BATCH,
         rpc: Sequence[str] | None = None,
+        rpc_timeout: float = DEFAULT_RPC_TIMEOUT_S,
         n_seq: int = 1,
     ) -> None:
         if isinstance(n_seq, bool) or not isinstance(n_seq, int) or not 1 <= n_seq <= MAX_SEQ:
@@ -109,6 +113,10 @@ class LlamaModel:
         self.path = Path(path)
         check_gguf_file(self.path)
         self.rpc = tuple(rpc or ())
+        try:
+            self.rpc_timeout = check_rpc_timeout(rpc_timeout)
+        except ValueError as exc:
+            raise BackendError(str(exc)) from None
         mparams = ll.llama_model_default_params()
         mparams.n_gpu_layers = n_gpu_layers
         if self.rpc:
@@ -261,7 +269,8 @@ class LlamaModel:
         for start in range(0, n, self.n_batch):
             chunk = tokens[start : start + self.n_batch]
             self._fill_batch(chunk, [start + i in wanted for i in range(len(chunk))])
-            rc = ll.llama_decode(self._ctx, self._batch)
+            with watched(self.rpc, self.rpc_timeout):
+                rc = ll.llama_decode(self._ctx, self._batch)
             if rc != 0:
                 self._resync_after_failure()
                 raise BackendError(f"llama_decode failed with code {rc}")
@@ -294,7 +303,8 @@ class LlamaModel:
         copy of each part's wanted logit rows (the parts hold n_batch tokens at most)."""
         self._check_workers()
         self._fill_rows(parts)
-        rc = ll.llama_decode(self._ctx, self._batch)
+        with watched(self.rpc, self.rpc_timeout):
+            rc = ll.llama_decode(self._ctx, self._batch)
         if rc != 0:
             raise BackendError(f"llama_decode failed with code {rc}")
         out, row = [], 0
@@ -317,7 +327,8 @@ class LlamaModel:
         return self._views[i]
 
     def _logit_rows(self, batch_rows: Sequence[int]) -> np.ndarray:
-        first = ll.llama_get_logits_ith(self._ctx, batch_rows[0])
+        with watched(self.rpc, self.rpc_timeout):  # (waits for the decode's last pass)
+            first = ll.llama_get_logits_ith(self._ctx, batch_rows[0])
         if not first:
             raise BackendError("llama.cpp returned no logits")
         base = ctypes.addressof(first.contents)
@@ -363,7 +374,8 @@ class LlamaModel:
     def reset(self) -> None:
         """Empty the KV cache."""
         self._check_workers()
-        ll.llama_memory_clear(self._mem, True)
+        with watched(self.rpc, self.rpc_timeout):  # (clears the workers' buffers too)
+            ll.llama_memory_clear(self._mem, True)
         self.tokens.clear()
 
     def reuse_prefix(self, tokens: Sequence[int]) -> int:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from ..errors import BackendError
 from .bindings import libggml, ll
 from .kernels import default_threads
+from .rpc_watch import timed_out
 
 RPC_UNAVAILABLE = "this llama.cpp was built without RPC; rebuild with scripts/bootstrap.sh"
 RPC_DEFAULT_PORT = 50052
@@ -185,8 +186,11 @@ def _install_rpc_abort_handler() -> None:
         if not re.search(r"RPC|Failed to connect", text):
             os.write(2, f"{text}\n".encode())  # then ggml aborts, as without a handler
             return
-        workers = ",".join(_unreachable(_rpc_endpoints) or _rpc_endpoints) or "?"
-        line = f"lost an RPC worker ({workers}): {text}"
+        if (silent := timed_out()) is not None:  # cut off by the watchdog (rpc_watch)
+            line = f"lost an RPC worker: {silent}"
+        else:
+            workers = ",".join(_unreachable(_rpc_endpoints) or _rpc_endpoints) or "?"
+            line = f"lost an RPC worker ({workers}): {text}"
         if not _stay_up:
             with contextlib.suppress(Exception):
                 sys.stdout.flush()

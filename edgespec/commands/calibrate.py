@@ -41,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
         gpu_layers=args.gpu_layers,
         draft_gpu_layers=args.draft_gpu_layers,
         rpc=args.rpc,
+        rpc_timeout=args.rpc_timeout,
     )
     curves = {"target": load_or_measure(target, refresh=args.refresh)}
     draft_model = drafter.model if drafter is not None else None

@@ -82,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         gpu_layers=args.gpu_layers,
         draft_gpu_layers=args.draft_gpu_layers,
         rpc=args.rpc,
+        rpc_timeout=args.rpc_timeout,
     )
     if args.chat:
         prompt = _chat_prompt(target, prompt)

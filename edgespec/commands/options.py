@@ -6,7 +6,13 @@ import argparse
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..backend import DEFAULT_CTX, default_threads, parse_rpc_endpoints
+from ..backend import (
+    DEFAULT_CTX,
+    DEFAULT_RPC_TIMEOUT_S,
+    check_rpc_timeout,
+    default_threads,
+    parse_rpc_endpoints,
+)
 from ..drafting.build import AUTO
 from ..engine import DEFAULT_GAMMA, DEFAULT_MAX_TOKENS
 from ..errors import InvalidParameterError
@@ -69,6 +75,14 @@ def add_model_options(
         p.add_argument(
             "--rpc", type=parse_rpc, default=None, metavar="HOST:PORT,...", help=RPC_HELP
         )
+        p.add_argument(
+            "--rpc-timeout",
+            type=parse_rpc_timeout,
+            default=DEFAULT_RPC_TIMEOUT_S,
+            metavar="SECONDS",
+            help="seconds a decode may wait on the RPC workers before they count as lost "
+            "(default: %(default)g; llama.cpp itself waits for ever)",
+        )
 
 
 RPC_HELP = (
@@ -84,6 +98,15 @@ def parse_rpc(text: str) -> list[str]:
         return parse_rpc_endpoints(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def parse_rpc_timeout(text: str) -> float:
+    """An argparse ``type=`` for --rpc-timeout: a positive number of seconds."""
+    try:
+        return check_rpc_timeout(float(text))
+    except ValueError as e:
+        msg = str(e) if "RPC timeout" in str(e) else f"not a number of seconds: {text!r}"
+        raise argparse.ArgumentTypeError(msg) from None
 
 
 def add_sampling_options(p: argparse.ArgumentParser) -> None:

@@ -93,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
         draft_gpu_layers=args.draft_gpu_layers,
         name=args.name,
         rpc=args.rpc,
+        rpc_timeout=args.rpc_timeout,
         parallel=parallel,
     )
 

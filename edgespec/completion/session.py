@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..adaptive import AdaptiveGamma
-from ..backend import LlamaModel
+from ..backend import DEFAULT_RPC_TIMEOUT_S, LlamaModel
 from ..chat_template import CHATML, ChatFormat
 from ..drafting import Drafter
 from ..drafting.build import attach_history
@@ -348,11 +348,13 @@ def load_session(
     draft_gpu_layers: int = 0,
     name: str | None = None,
     rpc: Sequence[str] | None = None,
+    rpc_timeout: float = DEFAULT_RPC_TIMEOUT_S,
     parallel: int = 1,
 ) -> CompletionSession:
     """Load a target and drafter into a session.
 
-    ``rpc`` places the target's layers on llama.cpp RPC workers; ``parallel`` gives
+    ``rpc`` places the target's layers on llama.cpp RPC workers (lost when a decode
+    waits on them ``rpc_timeout`` seconds); ``parallel`` gives
     the target (and a draft model) that many sequences, one per server slot
     (``CompletionSession.slot_sessions``).
 
@@ -371,6 +373,7 @@ def load_session(
         gpu_layers=gpu_layers,
         draft_gpu_layers=draft_gpu_layers,
         rpc=rpc,
+        rpc_timeout=rpc_timeout,
         n_seq=parallel,
     )
     is_path = target.endswith(".gguf") or "/" in target
