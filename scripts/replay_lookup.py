@@ -1,0 +1,251 @@
+#!/usr/bin/env python3
+"""Replay lookup drafting over recorded greedy outputs: tokens per target call and
+predicted speed-up, for drafting rules that have not been built into the engine.
+
+Greedy output does not depend on the drafter (that is the exactness theorem), so one
+plain run per workload records the text every drafter must produce; a drafter's
+rounds can then be replayed in milliseconds: what it proposes, how much of it the
+target would keep, and what the round costs on the measured cost curve. That is how
+a drafting rule is compared on the tuning half before it is built and benchmarked
+for real (``edgespec bench --corpus``), which is the measurement that counts.
+
+The replayed rules:
+
+- ``edgespec``: the engine's own NgramDrafter and AdaptiveGamma, as shipped;
+- ``edgespec+counts``: the same, but where the lookup proposes nothing (no match,
+  or a short contested one), llama.cpp's count-based draft below, token by token;
+- ``edgespec+counts<16``: the count-based draft for every match shorter than 16
+  tokens (the lookup's own for longer ones);
+- ``llama-lookup nD``: llama.cpp's ``common_ngram_cache_draft`` (context cache only,
+  as ``llama-lookup`` runs without cache files), drafting up to D tokens.
+
+Time is predicted from the cost curve (seconds per k-row decode) cached for this
+machine, so ratios are verify-cost ratios: prompt processing and Python overhead are
+left out. Runs each workload's plain decode once (greedy outputs are cached under
+build/replay/), then replays; sampled workloads are skipped.
+
+    .venv/bin/python scripts/replay_lookup.py --corpus build/corpus --split tuning
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from edgespec.adaptive import AdaptiveGamma
+from edgespec.backend import LlamaModel
+from edgespec.bench.corpus import load_corpus
+from edgespec.bench.runner import render_workload
+from edgespec.costs import CostCurve, load_or_measure
+from edgespec.drafting.base import Draft
+from edgespec.drafting.ngram import NgramDrafter
+from edgespec.engine import generate
+from edgespec.loading import resolve_model
+from edgespec.sampling import SamplingParams
+
+GREEDY = SamplingParams(temperature=0.0)
+RNG = np.random.default_rng(0)
+
+
+def record(target: LlamaModel, corpus: Path, split: str, cache: Path) -> dict[str, dict]:
+    """Each greedy workload's prompt tokens and plain greedy output (cached in `cache`)."""
+    cache.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for w in load_corpus(corpus, split):
+        if w.temperature > 0:
+            continue
+        path = cache / f"{w.name}.json"
+        if path.exists():
+            out[w.name] = json.loads(path.read_text())
+            continue
+        w = render_workload(target, w)
+        prompt = target.tokenize(w.prompt, add_special=True, parse_special=True)
+        target.reset()
+        done = generate(target, prompt, max_tokens=w.max_tokens, gamma=0, sampling=GREEDY)
+        rec = {"kind": w.kind, "prompt": prompt, "output": list(done.tokens)}
+        path.write_text(json.dumps(rec))
+        out[w.name] = rec
+        print(f"recorded {w.name}: {len(prompt)} + {len(done.tokens)} tokens", file=sys.stderr)
+    return out
+
+
+def replay_edgespec(
+    prompt: list[int], output: list[int], curve: CostCurve, counts: int | None = None
+) -> tuple[float, int]:
+    """Predicted seconds and target calls of the engine's lookup + adaptive policy
+    (counts: the count-based draft stands in below that match length, 0: where the
+    lookup has nothing)."""
+    drafter = NgramDrafter() if counts is None else CountedDrafter(counts)
+    policy = AdaptiveGamma(curve, draft_step_s=0.0)
+    policy.start_generation()
+    drafter.prefill(prompt)
+    context, done, seconds, calls = list(prompt), 0, 0.0, 0
+    while done < len(output):
+        limit = len(output) - done - 1
+        draft = drafter.propose(context, policy.max_gamma, GREEDY, RNG)
+        g = policy.choose(min(limit, len(draft.tokens)), match_len=draft.match_len)
+        proposed = draft.tokens[:g]
+        accepted = _accepted(proposed, output[done:])
+        produced = output[done + accepted]
+        cost = curve.cost(g + 1)
+        policy.observe(g, accepted, cost)
+        if g == 0:
+            policy.observe_free(draft.tokens, produced)
+        context += output[done : done + accepted + 1]
+        done += accepted + 1
+        seconds += cost
+        calls += 1
+    return seconds, calls
+
+
+class NgramCache:
+    """llama.cpp's common_ngram_cache: per n-gram, how often each token followed it."""
+
+    # common/ngram-cache.cpp: a draft stops when the sample or the top share is below
+    MIN_SAMPLES = (2, 2, 1, 1)  # draft_min_sample_size_lax, by n-gram size 1..4
+    MIN_PERCENT = (66, 50, 50, 50)  # draft_min_percent_lax
+
+    def __init__(self, n_min: int = 1, n_max: int = 4) -> None:
+        self.n_min, self.n_max = n_min, n_max
+        self.counts: dict[tuple[int, ...], Counter[int]] = defaultdict(Counter)
+        self.seen = 0
+
+    def update(self, tokens: Sequence[int]) -> None:
+        """Count the successors of every n-gram ending at the tokens added since the last call."""
+        for i in range(max(self.seen, 1), len(tokens)):
+            for n in range(self.n_min, min(self.n_max, i) + 1):
+                self.counts[tuple(tokens[i - n : i])][tokens[i]] += 1
+        self.seen = len(tokens)
+
+    def draft(self, tokens: Sequence[int], n_draft: int) -> list[int]:
+        """common_ngram_cache_draft: token by token, the longest confident gram's top successor."""
+        draft: list[int] = []
+        seq = list(tokens)
+        while len(draft) < n_draft:
+            tok = None
+            for n in range(self.n_max, self.n_min - 1, -1):
+                part = self.counts.get(tuple(seq[-n:]))
+                if not part:
+                    continue
+                top, top_count = part.most_common(1)[0]
+                total = sum(part.values())
+                if (
+                    total < self.MIN_SAMPLES[n - 1]
+                    or 100 * top_count < self.MIN_PERCENT[n - 1] * total
+                ):
+                    continue
+                tok = top
+                break
+            if tok is None:
+                break
+            draft.append(tok)
+            seq.append(tok)
+        return draft
+
+
+class CountedDrafter(NgramDrafter):
+    """NgramDrafter with llama.cpp's count-based draft for short (or no) matches."""
+
+    def __init__(self, below: int) -> None:
+        super().__init__()
+        self.below = below
+        self.cache = NgramCache()
+
+    def prefill(self, context: Sequence[int]) -> None:
+        super().prefill(context)
+        self.cache.update(context)
+
+    def propose(self, context, n, sampling, rng, **kw) -> Draft:  # type: ignore[override]
+        self.cache.update(context)
+        draft = super().propose(context, n, sampling, rng, **kw)
+        if self.below == 0 and draft.tokens:
+            return draft
+        if self.below and (draft.match_len or 0) >= self.below:
+            return draft
+        tokens = self.cache.draft(context, n)
+        return Draft(tokens, [], match_len=1) if tokens else Draft([], [])
+
+
+def replay_llama_lookup(
+    prompt: list[int], output: list[int], curve: CostCurve, n_draft: int
+) -> tuple[float, int]:
+    """Predicted seconds and target calls of llama-lookup with -n n_draft."""
+    cache = NgramCache()
+    context, done, seconds, calls = list(prompt), 0, 0.0, 0
+    cache.update(context)
+    while done < len(output):
+        draft = cache.draft(context, min(n_draft, len(output) - done - 1))
+        accepted = _accepted(draft, output[done:])
+        context += output[done : done + accepted + 1]
+        cache.update(context)
+        done += accepted + 1
+        seconds += curve.cost(len(draft) + 1)
+        calls += 1
+    return seconds, calls
+
+
+def _accepted(draft: Sequence[int], truth: Sequence[int]) -> int:
+    n = 0
+    while n < len(draft) and n < len(truth) - 1 and draft[n] == truth[n]:
+        n += 1
+    return n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="gemma-3-270m")
+    ap.add_argument("--corpus", type=Path, default=Path("build/corpus"))
+    ap.add_argument("--split", default="tuning")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--cache", type=Path, default=Path("build/replay"))
+    ap.add_argument("--json", type=Path, help="write the per-text figures here")
+    args = ap.parse_args()
+    target = LlamaModel(resolve_model(args.model), n_ctx=4096, n_threads=args.threads)
+    records = record(target, args.corpus, args.split, args.cache)
+    curve = load_or_measure(target)
+    arms: dict[str, Callable[[list[int], list[int]], tuple[float, int]]] = {
+        "edgespec": lambda p, o: replay_edgespec(p, o, curve),
+        "edgespec+counts": lambda p, o: replay_edgespec(p, o, curve, counts=0),
+        "edgespec+counts<16": lambda p, o: replay_edgespec(p, o, curve, counts=16),
+        **{
+            f"llama-lookup n{d}": (lambda p, o, d=d: replay_llama_lookup(p, o, curve, d))
+            for d in (3, 8, 16)
+        },
+    }
+    rows: dict[str, dict] = {}
+    by_kind: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    print(f"{'text':32s} " + " ".join(f"{a:>19s}" for a in arms) + "  (x plain, tokens/call)")
+    for name, rec in sorted(records.items(), key=lambda kv: (kv[1]["kind"], kv[0])):
+        plain = len(rec["output"]) * curve.cost(1)
+        cells, row = [], {}
+        for arm, run in arms.items():
+            seconds, calls = run(rec["prompt"], rec["output"])
+            row[arm] = {"speedup": plain / seconds, "tokens_per_call": len(rec["output"]) / calls}
+            by_kind[rec["kind"]][arm].append(plain / seconds)
+            cells.append(f"{plain / seconds:5.2f}x {len(rec['output']) / calls:5.2f}t/c")
+        rows[name] = {"kind": rec["kind"], **row}
+        print(f"{name:32s} " + " ".join(f"{c:>19s}" for c in cells))
+    print("median by kind:")
+    for kind, per_arm in sorted(by_kind.items()):
+        print(
+            f"  {kind:10s} "
+            + " ".join(f"{a}={statistics.median(v):.2f}" for a, v in per_arm.items())
+        )
+    every = {a: [r[a]["speedup"] for r in rows.values()] for a in arms}
+    print("all texts: " + "; ".join(
+        f"{a} median {statistics.median(v):.2f}, worst {min(v):.2f}" for a, v in every.items()
+    ))  # fmt: skip
+    if args.json:
+        report = {"command": " ".join(sys.argv), "cost_curve_s": list(curve.seconds)}
+        args.json.write_text(json.dumps({**report, "texts": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
