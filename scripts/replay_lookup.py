@@ -198,6 +198,40 @@ def _accepted(draft: Sequence[int], truth: Sequence[int]) -> int:
     return n
 
 
+# --sweep: the policy's constants, one at a time, each over the shipped value
+SWEEP = {
+    "adaptive.MIN_GAIN": (1.05, 1.1, 1.2),
+    "adaptive.MATCH_LEN_PRIORS": ((0.3, 0.3, 0.95, 0.95), (0.2, 0.2, 0.95, 0.95)),
+    "adaptive.PRIOR_WEIGHT": (4.0, 8.0),
+    "ngram.CONTESTED_MIN_MATCH": (2, 8, 16),
+    "adaptive.DISCOUNT": (0.9, 0.98),
+}
+
+
+def sweep(records: dict[str, dict], curve: CostCurve) -> None:
+    """Median and worst replayed speed-up of the shipped drafter as each constant varies."""
+    import edgespec.adaptive as adaptive
+    import edgespec.drafting.ngram as ngram
+
+    modules = {"adaptive": adaptive, "ngram": ngram}
+
+    def judge(label: str) -> None:
+        xs = []
+        for rec in records.values():
+            seconds, _ = replay_edgespec(rec["prompt"], rec["output"], curve)
+            xs.append(len(rec["output"]) * curve.cost(1) / seconds)
+        print(f"{label:44s} median {statistics.median(xs):.3f}  worst {min(xs):.3f}")
+
+    judge("as shipped")
+    for name, values in SWEEP.items():
+        module, attr = name.split(".")
+        shipped = getattr(modules[module], attr)
+        for value in values:
+            setattr(modules[module], attr, value)
+            judge(f"{name} = {value}")
+        setattr(modules[module], attr, shipped)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="gemma-3-270m")
@@ -206,10 +240,14 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--cache", type=Path, default=Path("build/replay"))
     ap.add_argument("--json", type=Path, help="write the per-text figures here")
+    ap.add_argument("--sweep", action="store_true", help="vary the policy's constants instead")
     args = ap.parse_args()
     target = LlamaModel(resolve_model(args.model), n_ctx=4096, n_threads=args.threads)
     records = record(target, args.corpus, args.split, args.cache)
     curve = load_or_measure(target)
+    if args.sweep:
+        sweep(records, curve)
+        return
     arms: dict[str, Callable[[list[int], list[int]], tuple[float, int]]] = {
         "edgespec": lambda p, o: replay_edgespec(p, o, curve),
         "edgespec+counts": lambda p, o: replay_edgespec(p, o, curve, counts=0),
