@@ -307,7 +307,13 @@ class AdaptiveGamma:
                 best_g = 0
         else:
             self._since_plain = 0
-        if best_g == 0 and limit > 0 and self.draft_step_s > 0 and self._probe_could_pay(limit):
+        if (
+            best_g == 0
+            and limit > 0
+            and self.draft_step_s > 0
+            and self.keep_drafting(1, 1.0)  # else the probe's first token is refused anyway
+            and self._probe_could_pay(limit)
+        ):
             # the estimates can only recover if someone drafts: probe rarely, with backoff
             self._idle_rounds += 1
             if self._idle_rounds >= self._probe_after:
@@ -321,13 +327,18 @@ class AdaptiveGamma:
         return best_g
 
     def _probe_could_pay(self, limit: int) -> bool:
-        """Is a probe worth it: could a draft pay at the calibrated costs, fully accepted?
+        """Is a probe worth it: could a draft pay, fully accepted, at the calibrated verify
+        costs and the draft's measured step (its calibrated one until it has drafted)?
 
-        The calibration times target and draft alike; the online corrections scale the
-        verify only, so deep in a long prompt drafting looked cheap, and a cross-
-        vocabulary draft model that cannot pay was probed (0.3 s a probe, for nothing).
+        The verify is priced as calibrated: the online corrections grow with depth, and
+        deep in a long prompt drafting looked cheap. The draft step as measured: a round
+        also catches the draft up on every token since its last one, and a cross-
+        vocabulary draft re-tokenises; priced as calibrated, a draft model that costs
+        about a target pass was probed for ever (through RPC workers, 0.5-3 s of probes
+        in a 64-token reply, 10-44% slower than plain).
         """
-        calibrated = [self.verify.cost(g + 1) + self.draft_step_s * g for g in range(limit + 1)]
+        step = self.draft_step_s * self.draft_scale
+        calibrated = [self.verify.cost(g + 1) + step * g for g in range(limit + 1)]
         return _could_pay(calibrated, self._timed)
 
     def keep_drafting(self, i: int, cumulative_conf: float) -> bool:
@@ -343,9 +354,11 @@ class AdaptiveGamma:
 
     def observe(self, drafted: int, accepted: int, verify_s: float, draft_s: float = 0.0) -> None:
         """Update acceptance estimates and the cost scales from a finished round."""
-        if drafted and draft_s > 0 and self.draft_step_s > 0:
+        if draft_s > 0 and self.draft_step_s > 0:
+            # a round that ran the draft model and kept nothing (the early stop refused
+            # its first token) still paid the catch-up and one step: price it as one
             self._draft_num = SCALE_DISCOUNT * self._draft_num + draft_s
-            self._draft_den = SCALE_DISCOUNT * self._draft_den + drafted * self.draft_step_s
+            self._draft_den = SCALE_DISCOUNT * self._draft_den + max(1, drafted) * self.draft_step_s
         self.accept.observe(drafted, accepted)
         if drafted:
             self._after_miss = accepted < drafted

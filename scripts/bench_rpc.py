@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--same-vocab-draft", type=Path, default=DEFAULT_SAME)
     p.add_argument("--cross-vocab-draft", default="smollm2-135m-instruct")
     p.add_argument("--delays", default="0,1,5,20", help="one-way delays D in ms")
-    p.add_argument("--gammas", default="2,4,8", help="fixed gammas for the same-vocab draft")
+    p.add_argument("--gammas", default="2,4,8", help="fixed gammas for the same-vocab draft (\"\": none)")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--threads", type=int, default=1, help="client and each worker")
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     from edgespec.loading import load_pair, resolve_model
 
     delays = [float(d) for d in args.delays.split(",")]
-    gammas = [int(g) for g in args.gammas.split(",")]
+    gammas = [int(g) for g in args.gammas.split(",") if g.strip()]  # "": auto only
     ensure_same_vocab_draft(args.same_vocab_draft, args.target)
     load_before = uptime()
     log_dir = Path(tempfile.mkdtemp(prefix="edgespec-bench-rpc-workers-"))

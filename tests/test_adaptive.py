@@ -75,11 +75,32 @@ def test_estimates_follow_the_text() -> None:
 
 
 def test_model_drafter_is_probed_with_backoff() -> None:
-    p = policy_with_rate(CPU, 0.0, step=0.005)
+    p = policy_with_rate(GPU_LIKE, 0.0, step=0.005)
     choices = [p.choose(16) for _ in range(FIRST_PROBE_AFTER * 7)]
     probes = [i for i, g in enumerate(choices) if g]
     assert probes[:2] == [FIRST_PROBE_AFTER - 1, 3 * FIRST_PROBE_AFTER - 1]
     assert len(probes) <= 3  # the cost of probing shrinks: 8, then 16, then 32 rounds apart
+
+
+def test_no_probe_where_a_first_draft_token_is_always_refused() -> None:
+    """On the CPU curve a 2-row verify costs 2.2 plain rounds: the early stop refuses a
+    first draft token even at certainty, so a probe would only pay the draft's catch-up."""
+    p = policy_with_rate(CPU, 0.0, step=0.005)
+    assert not p.keep_drafting(1, 1.0)
+    assert not any(p.choose(16) for _ in range(FIRST_PROBE_AFTER * 7))
+
+
+@pytest.mark.parametrize("drafted", [1, 0])
+def test_a_draft_as_slow_as_the_target_stops_being_probed(drafted) -> None:
+    """Calibrated at 1 ms a step, the draft's probe round took 50 ms (its catch-up and
+    step; drafted 0: the early stop kept nothing): at that price no draft can pay, so
+    the policy stops probing."""
+    p = policy_with_rate(GPU_LIKE, 0.0, step=0.001)
+    choices = [p.choose(16) for _ in range(FIRST_PROBE_AFTER)]
+    assert choices[-1] == 1  # the first probe
+    p.observe(drafted, 0, verify_s=GPU_LIKE.cost(drafted + 1), draft_s=0.05)
+    assert p.draft_scale > 10
+    assert not any(p.choose(16) for _ in range(FIRST_PROBE_AFTER * 7))
 
 
 def test_cost_scale_tracks_measured_verify_times() -> None:
