@@ -274,8 +274,10 @@ class RoundPlanner:
         """Teach the adaptive policy (if any) what the planned round cost and yielded."""
         if self.policy is None:
             return
-        # only a draft model's time teaches the policy what a draft step costs
-        draft_s = 0.0 if plan.proposal is not None else res.draft_s
+        # only a draft model's time teaches the policy what a draft step costs (and only
+        # in a round that ran it: a plain round's few microseconds are not a step)
+        ran_model = plan.gamma > 0 and plan.proposal is None
+        draft_s = res.draft_s if ran_model else 0.0
         self.policy.observe(len(res.draft), res.n_accepted, res.verify_s, draft_s)
         if plan.gamma == 0 and plan.looked_up is not None:
             # (also when the composite's model stood in: an earlier proposal being

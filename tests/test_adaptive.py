@@ -558,3 +558,22 @@ def test_beside_other_sequences_a_draft_must_pay_for_everyone_it_delays() -> Non
     policy.share = _Share(8)
     g_shared = policy.choose(16, match_len=8)
     assert g_alone > 0 and g_shared < g_alone
+
+
+def test_only_rounds_that_ran_the_draft_model_teach_its_step() -> None:
+    """A plain round's draft_s is a few microseconds of bookkeeping: counted as a draft
+    step it made drafting look free (draft_scale near 0). A round that ran the model
+    and kept nothing counts as one step."""
+    from edgespec.engine import RoundPlan, RoundPlanner, RoundResult
+
+    p = AdaptiveGamma(GPU_LIKE, draft_step_s=0.01)
+
+    class _Model:  # a model drafter's face; observe never calls it
+        is_lookup = False
+
+    planner = RoundPlanner(_Model(), p, 0)
+    for _ in range(50):
+        planner.observe(RoundPlan(0, None), RoundResult([], 0, 0, 7, 2e-6, GPU_LIKE.cost(1)))
+    assert p.draft_scale == 1.0
+    planner.observe(RoundPlan(3, None), RoundResult([], 1, 0, 7, 0.03, GPU_LIKE.cost(1)))
+    assert p.draft_scale == pytest.approx(3.0)
