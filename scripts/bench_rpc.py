@@ -176,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--same-vocab-draft", type=Path, default=DEFAULT_SAME)
     p.add_argument("--cross-vocab-draft", default="smollm2-135m-instruct")
     p.add_argument("--delays", default="0,1,5,20", help="one-way delays D in ms")
-    p.add_argument("--gammas", default="2,4,8", help="fixed gammas for the same-vocab draft (\"\": none)")
+    p.add_argument(
+        "--gammas", default="2,4,8", help='fixed gammas for the same-vocab draft ("": none)'
+    )
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--threads", type=int, default=1, help="client and each worker")
