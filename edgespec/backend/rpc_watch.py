@@ -61,7 +61,7 @@ def watched(endpoints: Sequence[str], timeout_s: float) -> Iterator[None]:
 
 
 def timed_out() -> str | None:
-    """Why workers were cut off ("... did not answer within N s"), or None."""
+    """Why workers were cut off ("no answer from HOST:PORT within N s ..."), or None."""
     return _timed_out
 
 

@@ -103,10 +103,13 @@ def parse_rpc(text: str) -> list[str]:
 def parse_rpc_timeout(text: str) -> float:
     """An argparse ``type=`` for --rpc-timeout: a positive number of seconds."""
     try:
-        return check_rpc_timeout(float(text))
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    try:
+        return check_rpc_timeout(seconds)
     except ValueError as e:
-        msg = str(e) if "RPC timeout" in str(e) else f"not a number of seconds: {text!r}"
-        raise argparse.ArgumentTypeError(msg) from None
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def add_sampling_options(p: argparse.ArgumentParser) -> None:
