@@ -10,8 +10,9 @@ but for the one being measured. Issue 19's goals, side by side:
    library file one after another (request i: the first k + i lines as
    ``input_prefix``, the next lines as ``input_suffix``), and 2 chat clients
    streaming ``/v1/chat/completions`` (max_tokens 128) one after another. On the
-   parallel server and the serial one, then the 2 editors alone on the parallel
-   server (--alone-duration). Editor latency p50/p95 mixed over alone, each
+   parallel server and the serial one, then the 2 editors alone on a fresh parallel
+   server (--alone-duration; fresh, so that its lookup history does not hold the
+   completions the mixed phase asked for already). Editor latency p50/p95 mixed over alone, each
    editor's first request (its file opened: a cold prompt) left out (goal <= 1.5x),
    aggregate tokens/s (every completion token / wall time) parallel over serial
    (goal >= 1.5x), and the longest wait before any request's first token
@@ -484,7 +485,14 @@ def main() -> int:
         phase("lone_chat_s", lone_chat(par, 1 if args.quick else 2))
         phase("mixed_parallel", mixed(par, args.duration))
         phase("mixed_serial", mixed(ser, args.duration))
-        phase("editors_alone", mixed(par, alone_s, chats=0))
+        # a fresh server: the mixed phase's completions are in par's lookup history,
+        # which would make the same requests easier alone (it did: 4 calls against 17)
+        fresh = start(args.target, args.parallel, args.threads, args.ctx)
+        try:
+            request(fresh, "/v1/completions", {"prompt": PROMPTS[0], "max_tokens": 16})
+            phase("editors_alone", mixed(fresh, alone_s, chats=0))
+        finally:
+            fresh.stop()
         phase("sixteen", sixteen(par, ser, args.requests, 24, 8))
         phase("lone", lone(par, ser, args.reps, 128))
         report["rss_after_mib"] = {

@@ -221,9 +221,9 @@ def test_an_urgent_sequence_defers_the_others_rows_and_both_stay_exact(
 ) -> None:
     from edgespec.backend import parallel
 
-    # (the synthetic model decodes in microseconds: hold the others back for good, so
-    # that the deferral is certain; they go on once the urgent sequence is done)
-    monkeypatch.setattr(parallel, "DEFER_DECODES", 1e9)
+    # (the synthetic model decodes in microseconds: give the others no share, so that
+    # the deferral is certain; they go on once the urgent sequence is done)
+    monkeypatch.setattr(parallel, "OTHERS_SHARE", 0.0)
     alone, shared = contexts
     want = [_greedy_rows(alone, p, n=40)[0] for p in PROMPTS[:2]]
     urgent, other = shared.sequence(0), shared.sequence(1)
@@ -247,3 +247,48 @@ def test_an_urgent_sequence_defers_the_others_rows_and_both_stay_exact(
     got = _in_threads([first, second])
     assert got == want
     assert urgent.batcher.deferred > before  # the other's rows were held back at times
+
+
+def test_beside_an_urgent_sequence_the_others_get_their_share_and_no_more(
+    contexts, monkeypatch
+) -> None:
+    from edgespec.backend import parallel
+
+    alone, shared = contexts
+    want = _greedy_rows(alone, PROMPTS[0], n=40)[0]
+    urgent, other = shared.sequence(0), shared.sequence(1)
+    decode_parts = shared._decode_parts
+
+    def slow(parts):  # decodes of a few ms, as on a real model, so that shares are times
+        time.sleep(0.004)
+        return decode_parts(parts)
+
+    monkeypatch.setattr(shared, "_decode_parts", slow)
+    stop, started = threading.Event(), threading.Event()
+    window: dict[str, float] = {}
+
+    def first():
+        assert started.wait(30)
+        with urgent.working(urgent=True):
+            got = _greedy_rows(urgent, PROMPTS[0], n=40)[0]
+            b = urgent.batcher
+            window["others_s"] = b._others_s
+            window["span_s"] = time.perf_counter() - b._urgent_since
+        stop.set()
+        return got
+
+    def second():
+        with other.working():
+            started.set()
+            n = 0
+            while not stop.is_set():
+                _greedy_rows(other, PROMPTS[1], n=4)
+                n += 1
+            return n
+
+    got, _ = _in_threads([first, second])
+    assert got == want
+    share = window["others_s"] / window["span_s"]
+    # the others had rows in some decodes, but no more than their share (one decode's
+    # overshoot: the share is checked before a decode, not after)
+    assert 0 < share <= parallel.OTHERS_SHARE + 0.02 / window["span_s"]

@@ -48,10 +48,11 @@ WAIT_SHARE = 0.15
 #: A prompt is decoded in pieces of this many tokens while other sequences are
 #: working, so that their rounds go on between the pieces.
 PREFILL_PIECE = 128
-#: While an urgent sequence (an editor's completion) works, the others' rows join a
-#: decode only once they have waited this many decodes' time: on a CPU each row adds
-#: to every sequence's decode, so a chat's rows would slow each keystroke's answer.
-DEFER_DECODES = 2.0
+#: While an urgent sequence (an editor's completion) works, the others' rows may take
+#: at most this share of the decode time (counted from when it began): on a CPU each
+#: row adds to every sequence's decode, so a chat's rows slow each keystroke's answer,
+#: by at most 1 / (1 - share) this way; and the chats still get their share.
+OTHERS_SHARE = 0.25
 
 
 @dataclass
@@ -83,6 +84,8 @@ class Batcher:
         self.shared = 0  # ... of which carried more than one sequence
         self.rows = 0  # rows decoded in all
         self.deferred = 0  # decodes that left a waiting, not urgent sequence out
+        self._urgent_since = 0.0  # when the urgent set last became non-empty ...
+        self._others_s = 0.0  # ... and the decode time the others' rows took since
         self._inflight: list[_Part] = []  # the parts of the decode running now
         self._failed: BaseException | None = None  # the context is gone (fail)
 
@@ -94,11 +97,11 @@ class Batcher:
         return min(MAX_WAIT_S, WAIT_SHARE * self.last_decode_s)
 
     def _eligible(self, part: _Part, now: float) -> bool:
-        """May part join the next decode? Always, unless an urgent sequence works and
-        part is not urgent and has not waited DEFER_DECODES decodes yet."""
+        """May part join the next decode? Always, unless an urgent sequence works, part
+        is not urgent, and the others have had their OTHERS_SHARE of the time."""
         if not self.urgent or part.view.seq_id in self.urgent:
             return True
-        return now - part.since >= DEFER_DECODES * self.last_decode_s
+        return self._others_s < OTHERS_SHARE * (now - self._urgent_since)
 
     def _ready(self, now: float) -> bool:
         if not self._pending or self._busy:
@@ -115,8 +118,9 @@ class Batcher:
         if not self._pending or self._busy:
             return None
         times = [p.since + self.window for p in self._pending if self._eligible(p, now)]
-        times += [p.since + DEFER_DECODES * self.last_decode_s for p in self._pending]
-        return max(1e-4, min(times) - now)
+        if len(times) < len(self._pending) and OTHERS_SHARE > 0:  # some wait for their share
+            times.append(self._urgent_since + self._others_s / OTHERS_SHARE)
+        return max(1e-4, min(times) - now) if times else None
 
     def _take(self) -> list[_Part]:
         """The oldest eligible pending parts that fit one batch (the oldest always goes)."""
@@ -185,6 +189,9 @@ class Batcher:
             self.shared += len(batch) > 1
             self.rows += sum(len(p.tokens) for p in batch)
             self.last_rows = {p.view.seq_id: len(p.tokens) for p in batch}
+            if self.urgent:  # the others' share of this decode, by their rows
+                others = sum(len(p.tokens) for p in batch if p.view.seq_id not in self.urgent)
+                self._others_s += elapsed * others / max(1, sum(self.last_rows.values()))
             for p in batch:
                 p.view.shared_last = len(batch) > 1
             for p in batch:
@@ -217,15 +224,22 @@ class Batcher:
                 self._busy = False
                 self._cv.notify_all()
 
+    def _sharing(self, seq_id: int) -> set[int]:
+        """The other sequences whose rows seq_id's decodes carry: the working ones; for
+        an urgent one, the other urgent ones (the rest are held to OTHERS_SHARE)."""
+        return (self.urgent if seq_id in self.urgent else self.working) - {seq_id}
+
     def rows_elsewhere(self, seq_id: int) -> int:
-        """Rows the other working sequences had in the last decode (0 when alone)."""
+        """Rows the sequences sharing with seq_id had in the last decode (0 when alone)."""
         with self._cv:
-            return sum(n for s, n in self.last_rows.items() if s != seq_id and s in self.working)
+            sharing = self._sharing(seq_id)
+            return sum(n for s, n in self.last_rows.items() if s in sharing)
 
     def sequences_elsewhere(self, seq_id: int) -> int:
-        """Other working sequences that had rows in the last decode."""
+        """Sequences sharing with seq_id that had rows in the last decode."""
         with self._cv:
-            return sum(1 for s in self.last_rows if s != seq_id and s in self.working)
+            sharing = self._sharing(seq_id)
+            return sum(1 for s in self.last_rows if s in sharing)
 
 
 _batchers: dict[int, Batcher] = {}
@@ -269,11 +283,13 @@ class SequenceView:
     @contextlib.contextmanager
     def working(self, *, urgent: bool = False) -> Iterator[None]:
         """Mark this sequence as inside a generation for the duration; an urgent one
-        (an editor waiting on a keystroke) defers the others' rows (DEFER_DECODES)."""
+        (an editor waiting on a keystroke) holds the others' rows to OTHERS_SHARE."""
         b = self.batcher
         with b._cv:
             b.working.add(self.seq_id)
             if urgent:
+                if not b.urgent:  # the others' share counts from here
+                    b._urgent_since, b._others_s = time.perf_counter(), 0.0
                 b.urgent.add(self.seq_id)
         try:
             yield
@@ -284,11 +300,11 @@ class SequenceView:
                 b._cv.notify_all()
 
     def rows_elsewhere(self) -> int:
-        """Rows the other working sequences added to the last decode."""
+        """Rows the sequences sharing its decodes added to the last one (see _sharing)."""
         return self.batcher.rows_elsewhere(self.seq_id)
 
     def sequences_elsewhere(self) -> int:
-        """Other working sequences that had rows in the last decode."""
+        """Sequences sharing its decodes that had rows in the last one."""
         return self.batcher.sequences_elsewhere(self.seq_id)
 
     def alone(self) -> bool:
