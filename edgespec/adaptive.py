@@ -48,7 +48,7 @@ MATCH_LEN_BUCKETS = (4, 16, 48)  # lookup proposals: one estimate per match-leng
 # prior the text soon overrides. A fresh long band used to sit out 3-4 copying rounds.
 MATCH_LEN_PRIORS = (PRIOR_ACCEPT, PRIOR_ACCEPT, 0.95, 0.95)
 # measuring the cost curve between rounds takes at most this share of a generation's
-# time so far (one batch may overshoot it): a first reply is at most ~1.25x slower
+# time so far, each batch priced before it runs: a first reply is at most 1.25x slower
 GAP_SHARE = 0.2
 MIN_GAIN = 1.02  # drafting must beat plain decoding's predicted rate by 2%: ties go to plain
 
@@ -176,7 +176,11 @@ class AdaptiveGamma:
         The model's KV cache is left as it was (the batch is rolled back), so this
         changes gamma choices only, never the output.
         """
-        if self.gaps is None or self.gap_s > GAP_SHARE * elapsed_s:
+        if self.gaps is None:
+            return
+        # priced before it runs, so that one 48-row batch cannot take a short reply's
+        # time: it waits for a reply long enough to afford it
+        if self.gap_s + self.gaps.price(self.gaps.next_size()) >= GAP_SHARE * elapsed_s:
             return
         t0 = time.perf_counter()
         if self.share is not None and not self.share.alone():

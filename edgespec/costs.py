@@ -40,9 +40,11 @@ CALIBRATION_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44,
 CURVE_VERSION = 3  # part of the cache key: v2 keys (path and mtime) read as absent
 NOISY_SPREAD = 1.25  # median / fastest repetition above this: something else was running
 # Measured between rounds: these sizes first (then the policy may draft to them), each
-# size GAP_REPS times in all; a curve whose repetitions disagree stays provisional.
+# size GAP_REPS times, and more, up to GAP_MAX_REPS, until its two fastest timings
+# agree (within NOISY_SPREAD); a busy moment only slows a timing, so the fastest counts.
 QUICK_SIZES = (1, 4, 8, 16)
 GAP_REPS = 2
+GAP_MAX_REPS = 6
 IDENTITY_BYTES = 4 << 20  # the model's identity: its size and a hash of its first 4 MiB
 _FILLER = "The quick brown fox jumps over the lazy dog near the river bank. " * 12
 
@@ -310,7 +312,10 @@ class GapCalibration:
     output does not change; only the policy's choice of gamma does. Timed at the
     reply's depth rather than at CALIBRATION_DEPTH; the policy's online correction
     covers the difference. Progress is cached (a provisional entry), so short runs add
-    up; once every size has GAP_REPS timings that agree, the curve is cached as final.
+    up; once every size is settled (two timings that agree, or GAP_MAX_REPS of them)
+    the curve is cached as final, flagged noisy if some size never agreed. (Starting
+    over on a noisy curve, as it once did, never finished on a busy machine, nor on
+    replies at different depths, so every process paid for measuring again.)
     """
 
     def __init__(self, model: LlamaModel, max_k: int) -> None:
@@ -347,9 +352,21 @@ class GapCalibration:
         return self.curve is not None and not self.curve.provisional
 
     def next_size(self) -> int:
-        """The next batch size to time: the quick sizes first, then the rest, per rep."""
-        fewest = min(len(v) for v in self.samples.values())
-        return next(k for k in self.sizes if len(self.samples[k]) == fewest)
+        """The next batch size to time: the quick sizes first, then the rest, per rep;
+        only sizes not settled yet."""
+        open_ = [k for k in self.sizes if not _settled(self.samples[k])] or self.sizes
+        fewest = min(len(self.samples[k]) for k in open_)
+        return next(k for k in open_ if len(self.samples[k]) == fewest)
+
+    def price(self, k: int) -> float:
+        """What timing a batch of k will likely cost: the fastest timing of the largest
+        size timed up to k, scaled by k over it (0 before anything is timed)."""
+        timed = [s for s in self.sizes if self.samples[s]]
+        below = [s for s in timed if s <= k] or timed[:1]
+        if not below:
+            return 0.0
+        s = max(below)
+        return min(self.samples[s]) * k / s
 
     def measure(self, model: LlamaModel) -> CostCurve | None:
         """Time one batch after the model's tokens, roll it back; the curve so far."""
@@ -396,15 +413,15 @@ class GapCalibration:
                 else best[-1] + max(slope, 0.0) * (k - sizes[-1])
                 for k in range(1, self.max_k + 1)
             ]  # fmt: skip
-        complete = all(len(v) >= GAP_REPS for v in self.samples.values())
-        noisy = complete and any(max(v) / min(v) > NOISY_SPREAD for v in self.samples.values())
+        complete = all(_settled(v) for v in self.samples.values())
+        noisy = complete and not all(_agree(v) for v in self.samples.values())
         return CostCurve(
             model=self.name,
             key=self.key,
             seconds=tuple(secs),
             noisy=noisy,
             timed=tuple(sizes),
-            provisional=not complete or noisy,
+            provisional=not complete,
         )
 
     def _store(self) -> None:
@@ -417,8 +434,6 @@ class GapCalibration:
             return
         if curve is None:
             return
-        if curve.noisy:  # measured again from scratch in later replies, meanwhile used
-            self.samples = {k: [] for k in self.sizes}
         if curve.provisional:
             pairs = [(k, s) for k, v in self.samples.items() for s in v]
             _store_curve(
@@ -429,6 +444,17 @@ class GapCalibration:
             stored = _store_curve(self.path, curve)
             _process_curves[self.key] = curve
             _process_origins[self.key] = ORIGIN_STORED if stored else ORIGIN_UNWRITABLE
+
+
+def _agree(timings: list[float]) -> bool:
+    """Whether a size's two fastest timings agree (within NOISY_SPREAD)."""
+    fast = sorted(timings)[:2]
+    return len(fast) == 2 and fast[1] <= NOISY_SPREAD * fast[0]
+
+
+def _settled(timings: list[float]) -> bool:
+    """Whether a size needs no more timings between rounds."""
+    return len(timings) >= GAP_REPS and (_agree(timings) or len(timings) >= GAP_MAX_REPS)
 
 
 _gap_calibrations: dict[str, GapCalibration] = {}

@@ -123,22 +123,43 @@ def test_measured_between_rounds_until_final_then_cached(
         assert gaps is None and again.seconds == curve.seconds
 
 
-def test_a_noisy_gap_curve_stays_provisional_and_is_measured_again(
+def test_a_noisy_gap_curve_gets_more_timings_then_is_final(
     synthetic_models, empty_cache, monkeypatch
 ) -> None:
-    monkeypatch.setattr(costs, "NOISY_SPREAD", 0.0)  # every repetition counts as disturbed
+    monkeypatch.setattr(costs, "NOISY_SPREAD", 0.0)  # no two timings ever agree
     with LlamaModel(synthetic_models["target"], n_ctx=512, n_threads=1) as target:
         _, gaps = costs.policy_curve(target)
         assert gaps is not None
         for _ in range(costs.GAP_REPS * len(gaps.sizes)):
             gaps.measure(target)
-        assert gaps.curve is not None and gaps.curve.noisy and gaps.curve.provisional
-        assert not gaps.done and all(not v for v in gaps.samples.values())  # again, later
+        assert gaps.curve is not None and gaps.curve.provisional and not gaps.done
+        assert all(len(v) == costs.GAP_REPS for v in gaps.samples.values())  # kept, not reset
         entry = json.loads(empty_cache.read_text())[gaps.key]
         assert entry["provisional"] is True
         costs._gap_calibrations.clear()
-        used, again = costs.policy_curve(target)  # a later process uses it meanwhile
+        used, again = costs.policy_curve(target)  # a later process uses it, and goes on
         assert again is not None and used.seconds == gaps.curve.seconds
+        assert all(len(v) == costs.GAP_REPS for v in again.samples.values())
+        for _ in range((costs.GAP_MAX_REPS - costs.GAP_REPS) * len(again.sizes)):
+            again.measure(target)
+        assert again.done and again.curve.noisy  # final, and says it was noisy
+        fastest = {k: min(v) for k, v in again.samples.items()}
+        assert all(len(v) == costs.GAP_MAX_REPS for v in again.samples.values())
+        assert again.curve.cost(1) == fastest[1]
+        entry = json.loads(empty_cache.read_text())[again.key]
+        assert entry["provisional"] is False
+
+
+def test_a_size_whose_timings_agree_is_not_timed_again(synthetic_models, empty_cache) -> None:
+    with LlamaModel(synthetic_models["target"], n_ctx=512, n_threads=1) as target:
+        _, gaps = costs.policy_curve(target)
+        assert gaps is not None
+        gaps.samples = {k: [] for k in gaps.sizes}
+        gaps.samples[1] = [0.010, 0.011]  # agree
+        gaps.samples[4] = [0.010, 0.030]  # disagree: needs another
+        for k in gaps.sizes[2:]:
+            gaps.samples[k] = [0.01, 0.01]
+        assert gaps.next_size() == 4
 
 
 def test_an_old_cache_entry_reads_as_absent(synthetic_models, empty_cache) -> None:
@@ -153,11 +174,14 @@ def test_an_old_cache_entry_reads_as_absent(synthetic_models, empty_cache) -> No
 
 
 def test_measuring_takes_a_bounded_share(synthetic_models, empty_cache, monkeypatch) -> None:
-    monkeypatch.setattr(adaptive, "GAP_SHARE", 0.0)  # one batch, then over budget
+    monkeypatch.setattr(adaptive, "GAP_SHARE", 0.0)  # no time for it: a batch is priced first
     with LlamaModel(synthetic_models["target"], n_ctx=512, n_threads=1) as target:
         generate(target, PROMPT, drafter=NgramDrafter(), max_tokens=20, gamma="auto")
         _, gaps = costs.policy_curve(target)
-        assert gaps is not None and gaps.measured == 1
+        assert gaps is not None and gaps.measured == 0
+        monkeypatch.setattr(adaptive, "GAP_SHARE", 1e6)  # all the time it wants
+        generate(target, PROMPT, drafter=NgramDrafter(), max_tokens=20, gamma="auto")
+        assert gaps.measured > 0
 
 
 def test_the_server_session_measures_nothing_at_load_and_says_so(
