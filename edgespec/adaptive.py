@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from .costs import MAX_VERIFY, CostCurve, GapCalibration
+from .costs import MAX_VERIFY, CostCurve
+from .gap_calibration import GapCalibration
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -150,7 +151,7 @@ class AdaptiveGamma:
         self._probe_after = FIRST_PROBE_AFTER
         self._since_plain = 0
         self.chosen: list[int] = []
-        # the curve being measured between rounds (costs.GapCalibration), if any
+        # the curve being measured between rounds (gap_calibration.GapCalibration), if any
         self.gaps: GapCalibration | None = None
         self.gap_s = 0.0  # seconds measuring it in this generation
         # sequences sharing the target's decodes (a parallel server's slot; None alone)

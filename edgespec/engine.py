@@ -384,11 +384,12 @@ def make_policy(target: LlamaModel, drafter: Drafter, *, calibrate: bool = False
 
     Nothing is measured for the target now: without a final cached curve the policy
     starts from a provisional one (or plain rounds) and measures between rounds
-    (costs.policy_curve). A draft model's one-token step is measured now if absent
+    (gap_calibration.policy_curve). A draft model's one-token step is measured now if absent
     (two sizes, well under a second). calibrate: measure the target's curve in full
     now if it is not cached (a benchmark's warm-up: nothing measured while timed).
     """
-    from .costs import load_or_measure, policy_curve
+    from .costs import load_or_measure
+    from .gap_calibration import policy_curve
 
     if calibrate:
         load_or_measure(target)

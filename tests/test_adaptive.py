@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from edgespec import costs
+from edgespec import costs, gap_calibration
 from edgespec.adaptive import FIRST_PROBE_AFTER, AdaptiveGamma
 from edgespec.backend import LlamaModel
 from edgespec.costs import CostCurve, load_or_measure
@@ -210,7 +210,7 @@ def test_a_noisy_calibration_is_cached_as_provisional(
     monkeypatch.setattr(costs, "_process_curves", {})
     monkeypatch.setattr(costs, "_gap_calibrations", {})
     with LlamaModel(synthetic_models["target"], n_ctx=256, n_threads=1) as m:
-        used, gaps = costs.policy_curve(m, max_k=3)
+        used, gaps = gap_calibration.policy_curve(m, max_k=3)
         assert used.seconds == curve.seconds and gaps is not None
         assert costs.curve_origin(used) == costs.ORIGIN_PROVISIONAL
         # an explicit calibration (calibrate, bench) measures it again

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from edgespec import adaptive, costs
+from edgespec import adaptive, costs, gap_calibration
 from edgespec.backend import LlamaModel
 from edgespec.completion.session import CompletionSession
 from edgespec.drafting.ngram import NgramDrafter
@@ -73,13 +73,13 @@ def test_first_token_comes_before_any_measurement(synthetic_models, empty_cache)
     with LlamaModel(synthetic_models["target"], n_ctx=512, n_threads=1) as target:
         plain = generate(target, PROMPT, max_tokens=40, gamma=0)
         order: list[str] = []
-        real_measure = costs.GapCalibration.measure
+        real_measure = gap_calibration.GapCalibration.measure
 
         def measure(self, model):
             order.append("measure")
             return real_measure(self, model)
 
-        costs.GapCalibration.measure = measure  # type: ignore[method-assign]
+        gap_calibration.GapCalibration.measure = measure  # type: ignore[method-assign]
         try:
             events = stream_generate(
                 target, PROMPT, drafter=NgramDrafter(), max_tokens=40, gamma="auto"
@@ -90,7 +90,7 @@ def test_first_token_comes_before_any_measurement(synthetic_models, empty_cache)
                     order.append("token")
                     tokens.append(ev.token)
         finally:
-            costs.GapCalibration.measure = real_measure  # type: ignore[method-assign]
+            gap_calibration.GapCalibration.measure = real_measure  # type: ignore[method-assign]
         assert order[0] == "token" and "measure" in order
         assert tokens == list(plain.tokens)  # measuring changes gamma choices only
         # the batches were rolled back: the cache holds the prompt and the output
@@ -104,22 +104,22 @@ def test_measured_between_rounds_until_final_then_cached(
     monkeypatch.setattr(costs, "NOISY_SPREAD", float("inf"))  # a tiny model's timings vary
     with LlamaModel(synthetic_models["target"], n_ctx=512, n_threads=1) as target:
         plain = generate(target, PROMPT, max_tokens=30, gamma=0).tokens
-        curve, gaps = costs.policy_curve(target)
+        curve, gaps = gap_calibration.policy_curve(target)
         assert gaps is not None and curve.timed_sizes() == (1,)  # plain rounds first
         assert costs.curve_origin(curve) == costs.ORIGIN_PENDING
         for _ in range(40):  # short replies: their progress adds up
             out = generate(target, PROMPT, drafter=NgramDrafter(), max_tokens=30, gamma="auto")
             assert out.tokens == plain
-            curve, gaps = costs.policy_curve(target)
+            curve, gaps = gap_calibration.policy_curve(target)
             if gaps is None:
                 break
             assert costs.curve_origin(curve) == costs.ORIGIN_PROVISIONAL
         assert gaps is None and not curve.provisional, "never finished measuring"
-        assert set(curve.timed_sizes()) >= set(costs.QUICK_SIZES)
+        assert set(curve.timed_sizes()) >= set(gap_calibration.QUICK_SIZES)
         # a later process reads it from the cache: nothing left to measure
         costs._process_curves.clear()
         costs._gap_calibrations.clear()
-        again, gaps = costs.policy_curve(target)
+        again, gaps = gap_calibration.policy_curve(target)
         assert gaps is None and again.seconds == curve.seconds
 
 
@@ -128,23 +128,24 @@ def test_a_noisy_gap_curve_gets_more_timings_then_is_final(
 ) -> None:
     monkeypatch.setattr(costs, "NOISY_SPREAD", 0.0)  # no two timings ever agree
     with LlamaModel(synthetic_models["target"], n_ctx=512, n_threads=1) as target:
-        _, gaps = costs.policy_curve(target)
+        _, gaps = gap_calibration.policy_curve(target)
         assert gaps is not None
-        for _ in range(costs.GAP_REPS * len(gaps.sizes)):
+        for _ in range(gap_calibration.GAP_REPS * len(gaps.sizes)):
             gaps.measure(target)
         assert gaps.curve is not None and gaps.curve.provisional and not gaps.done
-        assert all(len(v) == costs.GAP_REPS for v in gaps.samples.values())  # kept, not reset
+        reps = gap_calibration.GAP_REPS
+        assert all(len(v) == reps for v in gaps.samples.values())  # kept, not reset
         entry = json.loads(empty_cache.read_text())[gaps.key]
         assert entry["provisional"] is True
         costs._gap_calibrations.clear()
-        used, again = costs.policy_curve(target)  # a later process uses it, and goes on
+        used, again = gap_calibration.policy_curve(target)  # a later process uses it, and goes on
         assert again is not None and used.seconds == gaps.curve.seconds
-        assert all(len(v) == costs.GAP_REPS for v in again.samples.values())
-        for _ in range((costs.GAP_MAX_REPS - costs.GAP_REPS) * len(again.sizes)):
+        assert all(len(v) == reps for v in again.samples.values())
+        for _ in range((gap_calibration.GAP_MAX_REPS - reps) * len(again.sizes)):
             again.measure(target)
         assert again.done and again.curve.noisy  # final, and says it was noisy
         fastest = {k: min(v) for k, v in again.samples.items()}
-        assert all(len(v) == costs.GAP_MAX_REPS for v in again.samples.values())
+        assert all(len(v) == gap_calibration.GAP_MAX_REPS for v in again.samples.values())
         assert again.curve.cost(1) == fastest[1]
         entry = json.loads(empty_cache.read_text())[again.key]
         assert entry["provisional"] is False
@@ -152,7 +153,7 @@ def test_a_noisy_gap_curve_gets_more_timings_then_is_final(
 
 def test_a_size_whose_timings_agree_is_not_timed_again(synthetic_models, empty_cache) -> None:
     with LlamaModel(synthetic_models["target"], n_ctx=512, n_threads=1) as target:
-        _, gaps = costs.policy_curve(target)
+        _, gaps = gap_calibration.policy_curve(target)
         assert gaps is not None
         gaps.samples = {k: [] for k in gaps.sizes}
         gaps.samples[1] = [0.010, 0.011]  # agree
@@ -169,7 +170,7 @@ def test_an_old_cache_entry_reads_as_absent(synthetic_models, empty_cache) -> No
         seconds = [0.01 * k for k in range(1, 49)]
         entry = {"model": target.path.name, "key": old, "seconds": seconds, "noisy": False}
         empty_cache.write_text(json.dumps({old: entry, "junk": {"seconds": "x"}}))
-        curve, gaps = costs.policy_curve(target)
+        curve, gaps = gap_calibration.policy_curve(target)
         assert gaps is not None and curve.timed_sizes() == (1,)
 
 
@@ -177,7 +178,7 @@ def test_measuring_takes_a_bounded_share(synthetic_models, empty_cache, monkeypa
     monkeypatch.setattr(adaptive, "GAP_SHARE", 0.0)  # no time for it: a batch is priced first
     with LlamaModel(synthetic_models["target"], n_ctx=512, n_threads=1) as target:
         generate(target, PROMPT, drafter=NgramDrafter(), max_tokens=20, gamma="auto")
-        _, gaps = costs.policy_curve(target)
+        _, gaps = gap_calibration.policy_curve(target)
         assert gaps is not None and gaps.measured == 0
         monkeypatch.setattr(adaptive, "GAP_SHARE", 1e6)  # all the time it wants
         generate(target, PROMPT, drafter=NgramDrafter(), max_tokens=20, gamma="auto")
@@ -236,13 +237,13 @@ def test_no_measuring_between_rounds_where_a_rollback_rebuilds_the_context(
         target.truncate = rebuilding_truncate  # type: ignore[method-assign]
         out = generate(target, PROMPT, drafter=NgramDrafter(), max_tokens=20, gamma="auto")
         assert out.tokens == plain
-        _, gaps = costs.policy_curve(target)
+        _, gaps = gap_calibration.policy_curve(target)
         assert gaps is not None and gaps.stopped and gaps.measured == 1
 
 
 def test_a_curve_another_process_finished_is_not_overwritten(synthetic_models, empty_cache) -> None:
     with LlamaModel(synthetic_models["target"], n_ctx=512, n_threads=1) as target:
-        _, gaps = costs.policy_curve(target)
+        _, gaps = gap_calibration.policy_curve(target)
         assert gaps is not None
         seconds = [0.01 * k for k in range(1, gaps.max_k + 1)]
         final = costs.CostCurve(model="m", key=gaps.key, seconds=tuple(seconds))

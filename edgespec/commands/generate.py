@@ -9,10 +9,10 @@ from pathlib import Path
 
 from ..backend import LlamaModel
 from ..chat_template import ChatFormat
-from ..costs import calibration_note, calibration_progress
 from ..engine import stream_generate
 from ..errors import InvalidParameterError
 from ..events import DoneEvent, TokenEvent, TokenKind
+from ..gap_calibration import calibration_note, calibration_progress
 from ..loading import load_pair
 from .options import add_model_options, add_sampling_options, sampling_from_args
 

@@ -169,7 +169,7 @@ class CompletionSession:
         """What gamma auto does about the target's cost curve (None: it is measured)."""
         if self._policy is None or self._policy.gaps is None:
             return None
-        from ..costs import calibration_note
+        from ..gap_calibration import calibration_note
 
         return calibration_note(self.target)
 
