@@ -72,6 +72,19 @@ def ensure_same_vocab_draft(path: Path, target: str) -> None:
     subprocess.run(cmd + ["--type", "Q4_0", "--pure"], check=True)
 
 
+def stop_all(models: list, proxies: list, workers: list) -> None:
+    """Close the models (None ones skipped), then the proxies, then the workers: the
+    models first, since freeing one loaded through the workers talks to them."""
+    for model in models:
+        if model is not None:
+            model.close()
+    for px in proxies:
+        px.close()
+    for proc, _ in workers:
+        proc.kill()
+        proc.wait()
+
+
 def uptime() -> str:
     try:
         return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
@@ -288,17 +301,8 @@ def main(argv: list[str] | None = None) -> int:
                     for label, rs in runs.items()
                 }
     finally:
-        # the models first: freeing the target talks to the workers
-        for dr in drafters.values():
-            if dr is not None and dr.model is not None:
-                dr.model.close()
-        if target is not None:
-            target.close()
-        for px in proxies:
-            px.close()
-        for proc, _ in workers:
-            proc.kill()
-            proc.wait()
+        models = [dr.model for dr in drafters.values() if dr is not None]
+        stop_all([*models, target], proxies, workers)
     report = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "target": args.target,

@@ -80,13 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                     ms = sorted(t * 1000 for _, t in decodes)
                     print(f"  one-row calls: median {ms[len(ms) // 2]:.0f} ms")
     finally:
-        if target is not None:  # first: freeing the target talks to the workers
-            target.close()
-        for px in proxies:
-            px.close()
-        for proc, _ in workers:
-            proc.kill()
-            proc.wait()
+        bench_rpc.stop_all([target], proxies, workers)
     print(bench_rpc.uptime())
     return 0
 
