@@ -51,7 +51,8 @@ PREFILL_PIECE = 128
 #: While an urgent sequence (an editor's completion) works, the others' rows may take
 #: at most this share of the decode time (counted from when it began): on a CPU each
 #: row adds to every sequence's decode, so a chat's rows slow each keystroke's answer,
-#: by at most 1 / (1 - share) this way; and the chats still get their share.
+#: by about 1 / (1 - share) this way (more: a decode that starts within the share runs
+#: to its end); and the chats still get their share.
 OTHERS_SHARE = 0.25
 
 
