@@ -42,7 +42,7 @@ CALIBRATION_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44,
 CURVE_VERSION = 3  # part of the cache key: v2 keys (path and mtime) read as absent
 NOISY_SPREAD = 1.25  # median / fastest repetition above this: something else was running
 IDENTITY_BYTES = 4 << 20  # the model's identity: its size and a hash of its first 4 MiB
-_FILLER = "The quick brown fox jumps over the lazy dog near the river bank. " * 12
+FILLER = "The quick brown fox jumps over the lazy dog near the river bank. " * 12
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ def measure_curve(
     Each size's fastest repetition counts; sizes between the timed ones are interpolated.
     No smoothing: a longer batch can cost less (see CALIBRATION_SIZES).
     """
-    tokens = model.tokenize(_FILLER)
+    tokens = model.tokenize(FILLER)
     while len(tokens) < CALIBRATION_DEPTH + max_k:
         tokens += tokens
     model.reset()
@@ -181,11 +181,11 @@ def load_or_measure(
     if not refresh and key in _process_curves:
         return _process_curves[key]
     path = calibration_file()
-    curve = None if refresh else _cached_curve(_read_cache(path).get(key), key, max_k)
+    curve = None if refresh else cached_curve(read_cache(path).get(key), key, max_k)
     origin = ORIGIN_CACHE
     if curve is None or curve.provisional:
         curve = measure_curve(model, max_k=max_k)
-        stored = _store_curve(path, curve)
+        stored = store_curve(path, curve)
         # a busy machine's curve is cached as provisional, and measured again later
         origin = ORIGIN_NOISY if curve.noisy else ORIGIN_STORED if stored else ORIGIN_UNWRITABLE
     _process_curves[key] = curve
@@ -218,7 +218,7 @@ def curve_origin(curve: CostCurve) -> str:
     return _process_origins.get(curve.key, ORIGIN_CACHE)
 
 
-def _cached_curve(entry: dict | None, key: str, max_k: int) -> CostCurve | None:
+def cached_curve(entry: dict | None, key: str, max_k: int) -> CostCurve | None:
     """A cache entry as a curve, or None when absent or malformed (then: measure again)."""
     try:
         seconds = tuple(float(x) for x in entry["seconds"])
@@ -234,7 +234,7 @@ def _cached_curve(entry: dict | None, key: str, max_k: int) -> CostCurve | None:
     return CostCurve(model=model, key=key, seconds=seconds, timed=timed, provisional=provisional)
 
 
-def _store_curve(path: Path, curve: CostCurve, **extra: list) -> bool:
+def store_curve(path: Path, curve: CostCurve, **extra: list) -> bool:
     """Add one curve to the cache file, keeping the others.
 
     The read, merge and replace happen under an exclusive lock on a file beside the
@@ -244,7 +244,7 @@ def _store_curve(path: Path, curve: CostCurve, **extra: list) -> bool:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with exclusive_lock(path.with_name(f".lock-{path.name}")):
-            cache = _read_cache(path)
+            cache = read_cache(path)
             cache[curve.key] = {**asdict(curve), **extra}
             if path.is_dir() and not path.is_symlink():
                 path.rmdir()  # an empty directory in its place (OSError if not empty)
@@ -254,7 +254,7 @@ def _store_curve(path: Path, curve: CostCurve, **extra: list) -> bool:
     return True
 
 
-def _read_cache(path: Path) -> dict[str, dict]:
+def read_cache(path: Path) -> dict[str, dict]:
     """The cache's well-shaped entries; {} if it is missing or unreadable in any way.
 
     Deep nesting, wrong shapes, invalid UTF-8, a directory or a FIFO in its place all
@@ -280,7 +280,7 @@ def _read_cache(path: Path) -> dict[str, dict]:
 def _well_shaped(entry: object) -> bool:
     """An entry as written: a JSON object of scalars and lists of numbers, nothing deeper.
 
-    Whether it is a usable curve is _cached_curve's question; this only keeps a bad
+    Whether it is a usable curve is cached_curve's question; this only keeps a bad
     entry from being carried into every later write.
     """
     if not isinstance(entry, dict):

@@ -14,8 +14,8 @@ import numpy as np
 from . import costs  # (its process registries by attribute: tests replace them)
 from .backend import LlamaModel
 from .costs import (
-    _FILLER,
     CALIBRATION_SIZES,
+    FILLER,
     MAX_VERIFY,
     ORIGIN_CACHE,
     ORIGIN_PENDING,
@@ -23,11 +23,11 @@ from .costs import (
     ORIGIN_STORED,
     ORIGIN_UNWRITABLE,
     CostCurve,
-    _cached_curve,
-    _read_cache,
-    _store_curve,
+    cached_curve,
     calibration_file,
     machine_key,
+    read_cache,
+    store_curve,
 )
 
 # Measured between rounds: these sizes first (then the policy may draft to them), each
@@ -62,7 +62,7 @@ class GapCalibration:
         self.sizes = quick + rest  # measured in this order, a repetition at a time
         self.n_quick = len(quick)
         self.samples: dict[int, list[float]] = {k: [] for k in self.sizes}
-        entry = _read_cache(self.path).get(self.key) or {}
+        entry = read_cache(self.path).get(self.key) or {}
         try:  # progress an earlier process cached (pairs: size, seconds)
             pairs = zip(entry.get("gap_sizes", ()), entry.get("gap_seconds", ()), strict=True)
             for k, sec in pairs:
@@ -70,7 +70,7 @@ class GapCalibration:
                     self.samples[int(k)].append(float(sec))
         except (TypeError, ValueError):
             pass
-        self.curve = _cached_curve(entry or None, self.key, max_k)
+        self.curve = cached_curve(entry or None, self.key, max_k)
         if self.curve is None:
             self.curve = self._build()
         self._filler: list[int] = []
@@ -111,7 +111,7 @@ class GapCalibration:
         if depth + k > model.n_ctx:
             return self.curve  # no room in this context: another reply measures it
         if not self._filler:
-            self._filler = model.tokenize(_FILLER)
+            self._filler = model.tokenize(FILLER)
             while len(self._filler) < self.max_k:
                 self._filler += self._filler
         redecodes = getattr(model, "redecodes", 0)
@@ -160,7 +160,7 @@ class GapCalibration:
 
     def _store(self) -> None:
         curve = self.curve
-        theirs = _cached_curve(_read_cache(self.path).get(self.key), self.key, self.max_k)
+        theirs = cached_curve(read_cache(self.path).get(self.key), self.key, self.max_k)
         if theirs is not None and not theirs.provisional and (curve is None or curve.provisional):
             self.curve = theirs  # another process (or calibrate) finished it meanwhile
             costs._process_curves[self.key] = theirs
@@ -170,12 +170,12 @@ class GapCalibration:
             return
         if curve.provisional:
             pairs = [(k, s) for k, v in self.samples.items() for s in v]
-            _store_curve(
+            store_curve(
                 self.path, curve, gap_sizes=[k for k, _ in pairs], gap_seconds=[s for _, s in pairs]
             )
             costs._process_origins[self.key] = ORIGIN_PROVISIONAL
         else:
-            stored = _store_curve(self.path, curve)
+            stored = store_curve(self.path, curve)
             costs._process_curves[self.key] = curve
             costs._process_origins[self.key] = ORIGIN_STORED if stored else ORIGIN_UNWRITABLE
 
@@ -250,8 +250,9 @@ def calibration_progress(model: LlamaModel, *, max_k: int = MAX_VERIFY) -> str |
         return None
     if gaps.done:
         return "cost curve measured between tokens and cached: later runs use it"
-    have = sum(min(len(v), GAP_REPS) for v in gaps.samples.values())
+    settled = sum(_settled(v) for v in gaps.samples.values())
+    have = sum(len(v) for v in gaps.samples.values())
     return (
-        f"cost curve: {have} of {GAP_REPS * len(gaps.sizes)} timings so far, cached; "
-        "later runs go on measuring between tokens"
+        f"cost curve: {settled} of {len(gaps.sizes)} sizes settled, {have} timings so far, "
+        "cached; later runs go on measuring between tokens"
     )

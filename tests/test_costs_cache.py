@@ -220,7 +220,7 @@ def test_read_merge_write_holds_a_lock(
     # lock (the fix) or reading the same old cache (the race): only the lock keeps both
     a, b = fake_model(tmp_path, "a.gguf"), fake_model(tmp_path, "b.gguf")
     a_merging, b_progress, reads = threading.Event(), threading.Event(), {"a": 0, "b": 0}
-    read, flock = costs._read_cache, fcntl.flock
+    read, flock = costs.read_cache, fcntl.flock
 
     def watched_read(path):
         who = threading.current_thread().name
@@ -254,7 +254,7 @@ def test_read_merge_write_holds_a_lock(
         finally:
             a_merging.set()  # (code that reads only once never merges: let b go on)
 
-    monkeypatch.setattr(costs, "_read_cache", watched_read)
+    monkeypatch.setattr(costs, "read_cache", watched_read)
     monkeypatch.setattr(fcntl, "flock", watched_flock)
     monkeypatch.setattr(costs, "measure_curve", b_measures_while_a_merges)
     errors: list[BaseException] = []

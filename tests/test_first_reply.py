@@ -247,7 +247,7 @@ def test_a_curve_another_process_finished_is_not_overwritten(synthetic_models, e
         assert gaps is not None
         seconds = [0.01 * k for k in range(1, gaps.max_k + 1)]
         final = costs.CostCurve(model="m", key=gaps.key, seconds=tuple(seconds))
-        assert costs._store_curve(empty_cache, final)  # calibrate, in another process
+        assert costs.store_curve(empty_cache, final)  # calibrate, in another process
         gaps.measure(target)
         assert gaps.done and gaps.curve.seconds == final.seconds
         assert json.loads(empty_cache.read_text())[gaps.key]["seconds"] == seconds

@@ -75,8 +75,8 @@ def seed_cache(path: Path) -> dict:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({SEED_KEY: entry}, indent=1), encoding="utf-8")
     # the seed must be one edgespec keeps: else its loss would prove nothing
-    assert SEED_KEY in costs._read_cache(path), "seeded entry not well-shaped"
-    assert costs._cached_curve(entry, SEED_KEY, n) is not None, "seeded entry not a curve"
+    assert SEED_KEY in costs.read_cache(path), "seeded entry not well-shaped"
+    assert costs.cached_curve(entry, SEED_KEY, n) is not None, "seeded entry not a curve"
     return {SEED_KEY: entry}
 
 
