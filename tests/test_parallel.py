@@ -259,9 +259,14 @@ def test_beside_an_urgent_sequence_the_others_get_their_share_and_no_more(
     urgent, other = shared.sequence(0), shared.sequence(1)
     decode_parts = shared._decode_parts
 
+    longest = [0.0]
+
     def slow(parts):  # decodes of a few ms, as on a real model, so that shares are times
+        t0 = time.perf_counter()
         time.sleep(0.004)
-        return decode_parts(parts)
+        out = decode_parts(parts)
+        longest[0] = max(longest[0], time.perf_counter() - t0)
+        return out
 
     monkeypatch.setattr(shared, "_decode_parts", slow)
     stop, started = threading.Event(), threading.Event()
@@ -291,4 +296,4 @@ def test_beside_an_urgent_sequence_the_others_get_their_share_and_no_more(
     share = window["others_s"] / window["span_s"]
     # the others had rows in some decodes, but no more than their share (one decode's
     # overshoot: the share is checked before a decode, not after)
-    assert 0 < share <= parallel.OTHERS_SHARE + 0.02 / window["span_s"]
+    assert 0 < share <= parallel.OTHERS_SHARE + longest[0] / window["span_s"]

@@ -21,6 +21,7 @@ from ..errors import BackendError, ModelLoadError, RpcWorkerLost
 from ..files import check_regular_file
 from ..prefix import common_prefix
 from .bindings import ll
+from .compute import ComputeThread, local_compute
 from .gbnf import GrammarMatcher, compile_grammar
 from .kernels import FAST_KERNELS, default_threads
 from .log import _failure_reason, _log_tail
@@ -113,6 +114,8 @@ class LlamaModel:
         self.path = Path(path)
         check_gguf_file(self.path)
         self.rpc = tuple(rpc or ())
+        # every llama_decode on one thread per device group: see edgespec.backend.compute
+        self._compute = ComputeThread(f"edgespec-rpc-{self.path.name}") if self.rpc else None
         try:
             self.rpc_timeout = check_rpc_timeout(rpc_timeout)
         except ValueError as exc:
@@ -270,7 +273,7 @@ class LlamaModel:
             chunk = tokens[start : start + self.n_batch]
             self._fill_batch(chunk, [start + i in wanted for i in range(len(chunk))])
             with watched(self.rpc, self.rpc_timeout):
-                rc = ll.llama_decode(self._ctx, self._batch)
+                rc = (self._compute or local_compute()).run(ll.llama_decode, self._ctx, self._batch)
             if rc != 0:
                 self._resync_after_failure()
                 raise BackendError(f"llama_decode failed with code {rc}")
@@ -304,7 +307,7 @@ class LlamaModel:
         self._check_workers()
         self._fill_rows(parts)
         with watched(self.rpc, self.rpc_timeout):
-            rc = ll.llama_decode(self._ctx, self._batch)
+            rc = (self._compute or local_compute()).run(ll.llama_decode, self._ctx, self._batch)
         if rc != 0:
             raise BackendError(f"llama_decode failed with code {rc}")
         out, row = [], 0
@@ -404,6 +407,9 @@ class LlamaModel:
         if self._model:
             ll.llama_model_free(self._model)
             self._model = None
+        if self._compute is not None:
+            self._compute.stop()
+            self._compute = None
 
     def _resync_after_failure(self) -> None:
         # A failed decode may leave part of the batch in the cache: trim to what we track.
