@@ -269,6 +269,11 @@ def mixed(server: Server, duration: float, chats: int = 2, editors: int = 2) -> 
         "tokens_per_s": tokens / wall,
         "max_wait_s": max(waits, default=float("nan")),
         "max_wait_kind": worst.get("kind"),
+        # the same without each client's first request: at the start all four arrive
+        # at once, two of them with a file's cold prompt
+        "max_wait_after_first_s": max(
+            (r["wait_s"] for r in ok if r["i"] > 0), default=float("nan")
+        ),
         "p95_wait_s": pct(waits, 0.95),
         "max_chat_first_token_s": max(
             (r["first_s"] for r in ok if "first_s" in r), default=float("nan")
@@ -528,6 +533,7 @@ def goals(r: dict[str, Any]) -> dict[str, Any]:
             "goal": "<= 1 (parallel server)",
             "met": mp["max_wait_s"] <= reply,
             "serial": ms["max_wait_s"] / reply,
+            "after_first": mp.get("max_wait_after_first_s", float("nan")) / reply,
         },
         "sixteen_clients_complete_and_equal": {
             "value": f"{s['same_as_serial']}/{s['clients']}",
@@ -560,6 +566,7 @@ def print_table(r: dict[str, Any]) -> None:
         ("chat p50 s", "{chat_p50_s:.2f}"),
         ("tokens/s (all clients)", "{tokens_per_s:.1f}"),
         ("longest wait s", "{max_wait_s:.2f}"),
+        ("... after first requests", "{max_wait_after_first_s:.2f}"),
         ("load before", "{load_before[0]}"),
     ]
     for label, f in rows:
