@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from .acceptance import AcceptanceEstimate, context_key, position_prior
 from .costs import MAX_VERIFY, CostCurve
 from .gap_calibration import GapCalibration
 
@@ -34,67 +34,13 @@ if TYPE_CHECKING:
 
 # long drafts pay on CPUs too: a 48-row verify costs ~19x one token here, 17 rows 8.5x
 DEFAULT_MAX_GAMMA = MAX_VERIFY - 1
-DISCOUNT = 0.95  # weight of past observations per new one (memory of ~20 rounds)
-PRIOR_ACCEPT = 0.5  # prior for the first position: a fresh drafter gets tried
-PRIOR_WEIGHT = 2.0  # pseudo-observations behind each position's prior
 SCALE_DISCOUNT = 0.9
 FIRST_PROBE_AFTER = 8  # rounds without drafting before a one-token probe; doubles each time
 PLAIN_REFRESH = 32  # drafting rounds in a row before a plain one re-measures the baseline
-MATCH_LEN_BUCKETS = (4, 16, 48)  # lookup proposals: one estimate per match-length band
-# Position-1 prior per band. Over 20 greedy Gemma 3 270M texts that are not the bench's
-# (code edits, summaries, completions; 5,158 lookup proposals), the first token was
-# right for 47% and 70% of proposals in the two short bands, varying 17-93% by text,
-# and for 97% and 100% in the two long bands (90-100% in each text with 10 or more).
-# Where texts agree, start from what they agree on; where they do not, from a neutral
-# prior the text soon overrides. A fresh long band used to sit out 3-4 copying rounds.
-MATCH_LEN_PRIORS = (PRIOR_ACCEPT, PRIOR_ACCEPT, 0.95, 0.95)
 # measuring the cost curve between rounds takes at most this share of a generation's
 # time so far, each batch priced before it runs: a first reply is at most 1.25x slower
 GAP_SHARE = 0.2
 MIN_GAIN = 1.02  # drafting must beat plain decoding's predicted rate by 2%: ties go to plain
-
-
-@dataclass
-class AcceptanceEstimate:
-    """Discounted accept counts per draft position (1-based positions)."""
-
-    max_gamma: int
-    prior: float = PRIOR_ACCEPT  # for position 1; each later position's is the one before
-    hits: list[float] = field(default_factory=list)
-    tries: list[float] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.hits = [0.0] * self.max_gamma
-        self.tries = [0.0] * self.max_gamma
-
-    def rate(self, i: int) -> float:
-        """Estimated P(token i accepted | tokens before it accepted)."""
-        return self.rates(i)[-1]
-
-    def rates(self, n: int) -> list[float]:
-        """rate(1), ..., rate(n) in one pass.
-
-        Each position's prior is the estimate of the position before it, so a
-        drafter that keeps being right at 1..i is tried at i + 1 rather than held
-        back by a flat prior at positions it has never reached.
-        """
-        out, prior = [], self.prior
-        for j in range(n):
-            prior = (self.hits[j] + PRIOR_WEIGHT * prior) / (self.tries[j] + PRIOR_WEIGHT)
-            out.append(prior)
-        return out
-
-    def observe(self, drafted: int, accepted: int) -> None:
-        """A round verified `drafted` tokens and kept the first `accepted`."""
-        for i in range(1, drafted + 1):
-            if i > accepted + 1:
-                break  # never verified on its own merit: an earlier token was rejected
-            self.observe_position(i, i <= accepted)
-
-    def observe_position(self, i: int, hit: bool) -> None:
-        """Position i was scored: verified, or a lookup's proposal during plain rounds."""
-        self.hits[i - 1] = DISCOUNT * self.hits[i - 1] + (1.0 if hit else 0.0)
-        self.tries[i - 1] = DISCOUNT * self.tries[i - 1] + 1.0
 
 
 class BatchShare(Protocol):
@@ -137,7 +83,7 @@ class AdaptiveGamma:
         # (see _context_key), and each round uses the one for its own context
         self._estimates: dict[tuple[str, int], AcceptanceEstimate] = {}
         self._after_miss = False
-        self._key = _context_key(None, False)
+        self._key = context_key(None, False)
         self._shadow: list[int] = []  # a lookup proposal being scored in plain rounds
         self._shadow_pos = 0  # its next position to score (0-based)
         self._shadow_key = self._key
@@ -213,7 +159,7 @@ class AdaptiveGamma:
         """
         self._shadow, self._shadow_pos = [], 0
         self._after_miss = False
-        self._key = _context_key(None, False)
+        self._key = context_key(None, False)
         self.chosen = []
         self.gap_s = 0.0
 
@@ -248,7 +194,7 @@ class AdaptiveGamma:
 
     def _estimate(self, key: tuple[str, int]) -> AcceptanceEstimate:
         if key not in self._estimates:
-            self._estimates[key] = AcceptanceEstimate(self.max_gamma, prior=_prior(key))
+            self._estimates[key] = AcceptanceEstimate(self.max_gamma, prior=position_prior(key))
         return self._estimates[key]
 
     def round_cost(self, g: int) -> float:
@@ -285,7 +231,7 @@ class AdaptiveGamma:
         when the proposal is known before choosing; None for model drafters. A lookup's
         tokens cost no draft time, even when a draft model stands behind it (composite).
         """
-        self._key = _context_key(match_len, self._after_miss)
+        self._key = context_key(match_len, self._after_miss)
         limit = min(limit, self.max_gamma)
         shared, others = 0, 0.0
         if self.share is not None and (shared := self.share.rows_elsewhere()) > 0:
@@ -432,23 +378,3 @@ def _could_pay(costs: list[float], timed: frozenset[int]) -> bool:
     return any(
         (g + 1) / c > MIN_GAIN / costs[0] for g, c in enumerate(costs) if g and g + 1 in timed
     )
-
-
-def _prior(key: tuple[str, int]) -> float:
-    """Position-1 prior of a context's acceptance estimate."""
-    return MATCH_LEN_PRIORS[key[1]] if key[0] == "match" else PRIOR_ACCEPT
-
-
-def _context_key(match_len: int | None, after_miss: bool) -> tuple[str, int]:
-    """Which acceptance estimate a round uses.
-
-    A lookup proposal comes with its match length, and text that has agreed with its
-    source for a while goes on copying it far more often than after a fresh 1-4 token
-    match: on the code-editing workload 45 of 47 proposed tokens were accepted at
-    match lengths of 64+, 2 at lengths under 16. Model drafters have no such signal;
-    misses cluster there too, so rounds after a rejection are kept apart from rounds
-    after a fully accepted draft.
-    """
-    if match_len is None:
-        return ("after_miss", int(after_miss))
-    return ("match", sum(match_len >= t for t in MATCH_LEN_BUCKETS))

@@ -201,19 +201,20 @@ def _accepted(draft: Sequence[int], truth: Sequence[int]) -> int:
 # --sweep: the policy's constants, one at a time, each over the shipped value
 SWEEP = {
     "adaptive.MIN_GAIN": (1.05, 1.1, 1.2),
-    "adaptive.MATCH_LEN_PRIORS": ((0.3, 0.3, 0.95, 0.95), (0.2, 0.2, 0.95, 0.95)),
-    "adaptive.PRIOR_WEIGHT": (4.0, 8.0),
+    "acceptance.MATCH_LEN_PRIORS": ((0.3, 0.3, 0.95, 0.95), (0.2, 0.2, 0.95, 0.95)),
+    "acceptance.PRIOR_WEIGHT": (4.0, 8.0),
     "ngram.CONTESTED_MIN_MATCH": (2, 8, 16),
-    "adaptive.DISCOUNT": (0.9, 0.98),
+    "acceptance.DISCOUNT": (0.9, 0.98),
 }
 
 
 def sweep(records: dict[str, dict], curve: CostCurve) -> None:
     """Median and worst replayed speed-up of the shipped drafter as each constant varies."""
+    import edgespec.acceptance as acceptance
     import edgespec.adaptive as adaptive
     import edgespec.drafting.ngram as ngram
 
-    modules = {"adaptive": adaptive, "ngram": ngram}
+    modules = {"acceptance": acceptance, "adaptive": adaptive, "ngram": ngram}
 
     def judge(label: str) -> None:
         xs = []

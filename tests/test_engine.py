@@ -322,7 +322,8 @@ class _ScriptedTarget:
 def test_a_lookup_scored_in_plain_rounds_moves_on_when_the_model_stands_in(monkeypatch) -> None:
     # composite drafter: when the lookup had nothing, its model stood in and the earlier
     # proposal being scored a token a round stood still: a hit was then scored a miss
-    from edgespec.adaptive import AcceptanceEstimate, AdaptiveGamma
+    from edgespec.acceptance import AcceptanceEstimate
+    from edgespec.adaptive import AdaptiveGamma
     from edgespec.costs import CostCurve
     from edgespec.drafting import CompositeDrafter, Draft
 
