@@ -18,7 +18,7 @@ from test_hub import Bar
 from test_models_cli import cli, one_error_line
 
 from edgespec.errors import ModelFetchError, ModelLoadError
-from edgespec.modelstore import hfspec
+from edgespec.modelstore import hfinstalled, hfspec
 from edgespec.modelstore import hub as hubmod
 from edgespec.modelstore.hfspec import HfFile, ensure_hf_model, parse_hf_spec, select
 
@@ -202,7 +202,7 @@ def test_resume_after_partial(
     (partial,) = [p for p in folder.iterdir() if p.name.endswith(".partial")]
     have = partial.stat().st_size
     assert 0 < have < len(served["tiny-Q8_0.gguf"])
-    (listed,) = [m for m in hfspec.installed_hf_models(directory)]
+    (listed,) = [m for m in hfinstalled.installed_hf_models(directory)]
     assert listed.state == "partial" and listed.partial_bytes == have
 
     Bar.interrupt_after = None
@@ -250,12 +250,13 @@ def test_split_model_is_fetched_whole_listed_once_and_removed_whole(
     path = ensure_hf_model(f"hf:{REPO}:Q2_K", directory=directory)
     assert path.name == "tiny-Q2_K-00001-of-00002.gguf"
     assert path.with_name("tiny-Q2_K-00002-of-00002.gguf").read_bytes() == parts[1]
-    (m,) = hfspec.installed_hf_models(directory)
+    (m,) = hfinstalled.installed_hf_models(directory)
     assert m.name == f"hf:{REPO}/split/tiny-Q2_K-00001-of-00002.gguf"
     assert m.count == 2 and m.state == "verified" and m.size_on_disk == sum(map(len, parts))
-    found = hfspec.find_installed(parse_hf_spec(f"hf:{REPO}:Q2_K"), directory)
+    found = hfinstalled.find_installed(parse_hf_spec(f"hf:{REPO}:Q2_K"), directory)
     assert found == m
-    removed, freed = hfspec.remove_files(hfspec.model_files(m, directory), directory, list(m.parts))
+    files = hfinstalled.model_files(m, directory)
+    removed, freed = hfinstalled.remove_files(files, directory, list(m.parts))
     assert removed == 4 and freed > sum(map(len, parts))  # two parts, two sidecars
     assert not (directory / "hf").exists()  # empty folders go too
 
@@ -345,5 +346,5 @@ def test_remove_files_refuses_a_folder_linked_outside(tmp_path: Path) -> None:
     (store_dir / "hf" / "o").mkdir(parents=True)
     (store_dir / "hf" / "o" / "r").symlink_to(elsewhere)
     with pytest.raises(EdgespecError, match="outside the model directory"):
-        hfspec.remove_files([store_dir / "hf" / "o" / "r" / "m.gguf"], store_dir, [])
+        hfinstalled.remove_files([store_dir / "hf" / "o" / "r" / "m.gguf"], store_dir, [])
     assert (elsewhere / "m.gguf").exists()

@@ -11,7 +11,7 @@ from typing import Any
 from ..errors import EdgespecError
 from ..modelstore.catalog import Catalog, CatalogModel, HubSource, load_catalog
 from ..modelstore.fetch import ModelStatus, model_status
-from ..modelstore.hfspec import InstalledHfModel, installed_hf_models
+from ..modelstore.hfinstalled import InstalledHfModel, installed_hf_models
 from ..modelstore.store import models_dir
 
 

@@ -38,16 +38,16 @@ def _targets(name: str, directory: Path) -> list[tuple[str, list[Path], list[Pat
     Raises EdgespecError for a path, an unknown or malformed name, or a model that is
     not installed; nothing has been removed then.
     """
-    from ..modelstore import hfspec, store
+    from ..modelstore import hfinstalled, hfspec, store
     from ..modelstore.fetch import model_path
     from .pull import expand
 
     if name.startswith("hf:"):
         spec = hfspec.parse_hf_spec(name)
-        found = hfspec.find_installed(spec, directory)
+        found = hfinstalled.find_installed(spec, directory)
         if found is None:
             raise EdgespecError(f"{spec} is not installed in {directory}")
-        files = hfspec.model_files(found, directory)
+        files = hfinstalled.model_files(found, directory)
         return [(found.name, files, [p for p in files if p.name.endswith(".gguf")])]
     if "/" in name or "\\" in name or name.endswith(".gguf") or name.startswith("."):
         raise EdgespecError(
@@ -78,7 +78,7 @@ def _size(n: int) -> str:
 def run(args: argparse.Namespace) -> int:
     """Check every name first, then remove each model's files under its store lock."""
     from ..modelstore.fetch import console
-    from ..modelstore.hfspec import remove_files
+    from ..modelstore.hfinstalled import remove_files
 
     directory = Path(args.dir if args.dir is not None else models_dir())
     todo = []
