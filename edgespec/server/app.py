@@ -1,4 +1,5 @@
-"""The HTTP server: routes, authentication, the slots, and each protocol's answers.
+"""The HTTP server: routes, authentication and the slots (a completion's answer:
+edgespec.server.generate).
 
 Python's ``ThreadingHTTPServer`` (HTTP/1.1, keep-alive): one thread per
 connection parses and answers, and the ``Scheduler``'s slots (one thread and one
@@ -12,7 +13,6 @@ a slot unchecked.
 
 from __future__ import annotations
 
-import dataclasses
 import hmac
 import sys
 import time
@@ -25,14 +25,13 @@ from ..backend import on_rpc_worker_lost, stay_up_on_worker_loss
 from ..completion.session import (
     DEFAULT_MAX_LINES,
     CodeRules,
-    CompletionRequest,
-    CompletionResult,
     CompletionSession,
 )
-from ..errors import EdgespecError, InvalidParameterError, RpcWorkerLost
+from ..errors import InvalidParameterError, RpcWorkerLost
 from .errors import ApiError, bad_request, from_exception
 from .extras import detokenize, props, tokenize
 from .fields import parse_json
+from .generate import Build, Prepared, generate
 from .metrics import Metrics, render
 from .requests import (
     Options,
@@ -41,17 +40,12 @@ from .requests import (
     parse_infill,
     parse_native,
 )
-from .responses import InfillFormat, OpenAIFormat, Outcome, ResponseFormat
-from .slots import DEFAULT_MAX_QUEUE, PRIORITY_CODE, PRIORITY_OTHER, QueueFull, Scheduler
-from .timelimit import TimeLimit
+from .responses import InfillFormat, OpenAIFormat, ResponseFormat
+from .slots import DEFAULT_MAX_QUEUE, Scheduler
 from .transport import JsonHandler
 
 DEFAULT_MAX_BODY = 4 * 1024 * 1024
 API_KEY_ENV = "EDGESPEC_API_KEY"
-
-#: What a slot yields before the completion: the prompt's size and how it was built.
-Prepared = dict[str, Any]
-Build = Callable[[], tuple[list[int], CodeRules | None, Prepared]]
 
 
 def check_api_key(key: str | None) -> None:
@@ -340,117 +334,7 @@ class Handler(JsonHandler):
     def _generate(
         self, build: Build, opts: Options, param: str, fmt: ResponseFormat, *, code: bool = False
     ) -> None:
-        """Run a completion on a slot; answer in fmt's protocol (OpenAI's, llama.cpp's).
-
-        The prompt is built here, on the handler's thread, so that the scheduler can
-        give it the slot whose cache it continues. code: an editor's completion (it
-        goes first in the queue; /infill: a newer one from the same client replaces it).
-        """
-        metrics = self.server.metrics
-        try:
-            tokens, rules, info = build()
-            self.server.session.check_prompt(tokens)
-        except EdgespecError as e:
-            raise from_exception(e, param) from None
-
-        def work(s: CompletionSession, cancelled: Callable[[], bool]):
-            yield {"prompt_tokens": len(tokens), "slot": getattr(s.target, "seq_id", 0), **info}
-            req = CompletionRequest(
-                tokens,
-                opts.max_tokens,
-                opts.sampling,
-                opts.seed,
-                opts.stop,
-                rules,
-                grammar=opts.grammar,
-                logprobs=opts.logprobs,
-            )
-            if not opts.cache_prompt:  # llama-server's cache_prompt false: evaluate it all
-                s.target.reset()
-            limit = TimeLimit(opts.t_max_predict_ms)
-            for item in s.run(req, lambda: cancelled() or limit.reached):
-                if isinstance(item, CompletionResult):
-                    if limit.reached and item.stop == "cancelled" and not cancelled():
-                        item = dataclasses.replace(item, stop="time_limit")
-                    metrics.record_completion(item.stats)
-                    yield Outcome(item, len(s.target.tokens), getattr(s.target, "seq_id", 0))
-                else:
-                    limit.saw(item)
-                    yield item
-
-        client = None
-        if self._route == "/infill" and opts.max_tokens != 0:
-            # an editor's completion: one per keystroke, only the last counts (a cache
-            # warm-up, n_predict 0 as llama.vim's ring updates, neither replaces nor is)
-            client = f"{self.client_address[0]} {self.headers.get('User-Agent', '')}"
-        n_slots = len(self.server.scheduler.slots)
-        if opts.id_slot >= n_slots:
-            raise bad_request(
-                f"id_slot must be -1 or below {n_slots} (the server has {n_slots} slots)",
-                param="id_slot",
-                code="invalid_value",
-            )
-        try:
-            job = self.server.scheduler.submit(
-                work,
-                prompt=tokens,
-                priority=PRIORITY_CODE if code else PRIORITY_OTHER,
-                client=client,
-                slot=opts.id_slot,
-            )
-        except QueueFull as e:
-            retry = self.server.scheduler.retry_after()
-            raise ApiError(
-                503,
-                f"the server is busy ({e}); try again in {retry} s",
-                kind="server_error",
-                code="unavailable",
-                headers={"Retry-After": str(retry)},
-            ) from None
-        items = job.items(poll=self._client_gone)
-        try:
-            prepared: Prepared | None = next(items, None)
-        except EdgespecError as e:
-            raise from_exception(e, param) from None
-        if prepared is None:
-            if job.replaced:  # a newer /infill from this client took its place
-                raise ApiError(
-                    409, "replaced by a newer request from the same client", code="replaced"
-                )
-            self.close_connection = True  # the client went away while queued
-            return
-        info = {k: v for k, v in prepared.items() if k in ("fim", "truncated")}
-        fmt.slot = prepared["slot"]
-        fmt.start(prepared["prompt_tokens"], info)
-        if not opts.stream:
-            outcome = None
-            for item in items:
-                if isinstance(item, Outcome):
-                    outcome = item
-            if outcome is None:
-                self.close_connection = True
-                return
-            if job.replaced:  # cut short by a newer /infill from this client
-                raise ApiError(
-                    409, "replaced by a newer request from the same client", code="replaced"
-                )
-            self._send_json(200, fmt.body(outcome))
-            return
-        self._start_stream()
-        try:
-            first = fmt.first_chunk()
-            if first is not None:
-                self._sse(first)
-            for item in items:
-                if isinstance(item, str):
-                    self._sse(fmt.chunk(item))
-                else:
-                    for chunk in fmt.last_chunks(item):
-                        self._sse(chunk)
-            self._end_stream()
-        except OSError:  # the client went away: stop its generation
-            job.cancel.set()
-            self.close_connection = True
+        generate(self, build, opts, param, fmt, code=code)
 
 
 ROUTES: dict[str, dict[str, Callable[[Handler], None]]] = {
