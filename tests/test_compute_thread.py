@@ -98,3 +98,22 @@ def test_models_decoding_from_several_threads_share_one_compute_thread(
         a.decode([9])
     assert len(idents) >= 4
     assert set(idents) == {local_compute()._thread.ident}
+
+
+def test_a_forked_child_gets_a_compute_thread_of_its_own() -> None:
+    import os
+
+    parent = local_compute()
+    assert parent.run(lambda: 1) == 1
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's thread is not here; a call must not hang
+        try:
+            ok = local_compute() is not parent and local_compute().run(lambda: 2) == 2
+            os.write(w, b"ok" if ok else b"no")
+        finally:
+            os._exit(0)
+    os.close(w)
+    got = os.read(r, 2)
+    os.waitpid(pid, 0)
+    assert got == b"ok"

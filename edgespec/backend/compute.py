@@ -17,6 +17,7 @@ stop the local models' decodes.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections.abc import Callable
@@ -86,6 +87,15 @@ class _Call:
 _STOP = _Call(lambda: None, ())
 _local: ComputeThread | None = None
 _lock = threading.Lock()
+
+
+def _forget_after_fork() -> None:
+    global _local
+    _local = None  # a forked child has no copy of the thread: it starts its own
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def local_compute() -> ComputeThread:
