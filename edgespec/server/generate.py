@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..completion.session import CodeRules, CompletionRequest, CompletionResult, CompletionSession
 from ..errors import EdgespecError
@@ -19,9 +19,7 @@ from .requests import Options
 from .responses import Outcome, ResponseFormat
 from .slots import PRIORITY_CODE, PRIORITY_OTHER, QueueFull
 from .timelimit import TimeLimit
-
-if TYPE_CHECKING:
-    from .app import Handler
+from .transport import JsonHandler
 
 #: What a slot yields before the completion: the prompt's size and how it was built.
 Prepared = dict[str, Any]
@@ -29,7 +27,7 @@ Build = Callable[[], tuple[list[int], CodeRules | None, Prepared]]
 
 
 def generate(
-    handler: Handler,
+    handler: JsonHandler,  # edgespec.server.app.Handler (which imports this module)
     build: Build,
     opts: Options,
     param: str,
