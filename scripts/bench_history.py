@@ -11,7 +11,12 @@ loaded target, fed in order:
 - ``code_editing``: the bench's single-request workload (the file rewritten), with
   the history holding only the chats: a workload it should not slow;
 - ``infill``: an editor's 20 completions at the end of one file as its text grows
-  (orders.py, a few lines more each time; prefix-only: Gemma 3 has no FIM tokens).
+  (orders.py, a few lines more each time; prefix-only: Gemma 3 has no FIM tokens);
+- ``infill_lines``: an editor whose user takes each suggestion a line at a time
+  (llama.vim's Shift+Tab, llama.vscode's "accept line"): 20 completions, each from
+  the file as it was plus the first line of the last suggestion (or the file's own
+  next line where the suggestion's first line was empty), so the rest of the last
+  suggestion is in no prompt.
 
 Arms alternate A B A B; per workload the medians of decode tok/s (generated tokens
 over decode time, prompt processing left out) are printed with their ratio. Greedy
@@ -61,7 +66,7 @@ TURNS = (
     "Make it accept any iterable, not only lists. Reply with the whole function.",
     "Add two doctest examples to the docstring. Reply with the whole function.",
 )
-WORKLOADS = ("chat", "chat_window", "code_editing", "infill")
+WORKLOADS = ("chat", "chat_window", "code_editing", "infill", "infill_lines")
 INFILL_REQUESTS = 20
 
 
@@ -107,6 +112,25 @@ def infill(session: CompletionSession, *, max_tokens: int) -> list[CompletionRes
     return out
 
 
+def infill_lines(session: CompletionSession, *, max_tokens: int) -> list[CompletionResult]:
+    lines = orders_file().splitlines(keepends=True)
+    cut = len(lines) // 6
+    prefix = "".join(lines[:cut])
+    out = []
+    for _ in range(INFILL_REQUESTS):
+        fp = session.fim_prompt(prefix, "", max_tokens=max_tokens)
+        rules = CodeRules("", fp.prefix_at_line_start, DEFAULT_MAX_LINES)
+        res = run_request(session, CompletionRequest(fp.tokens, max_tokens, code=rules))
+        out.append(res)
+        first = res.text.split("\n", 1)[0]
+        if first.strip() and "\n" in res.text:
+            prefix += first + "\n"  # the user accepts the suggestion's first line
+        elif cut < len(lines):
+            prefix += lines[cut]  # nothing worth taking: the user types the next line
+            cut += 1
+    return out
+
+
 def code_editing(session: CompletionSession, *, max_tokens: int) -> list[CompletionResult]:
     w = builtin_workloads()["code_editing"]
     req = CompletionRequest(session.text_prompt(w.prompt), min(max_tokens, w.max_tokens))
@@ -126,6 +150,8 @@ def run_arm(target: LlamaModel, history: bool, args) -> dict[str, dict]:
             results = chat(session, window=True, max_tokens=args.chat_tokens)
         elif name == "code_editing":
             results = code_editing(session, max_tokens=args.edit_tokens)
+        elif name == "infill_lines":
+            results = infill_lines(session, max_tokens=args.infill_tokens)
         else:
             results = infill(session, max_tokens=args.infill_tokens)
         generated = sum(r.stats.generated for r in results)

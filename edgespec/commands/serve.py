@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 
+from ..completion.history_file import DEFAULT_SAVE_INTERVAL_S, HistoryFile
 from ..completion.session import AUTO, load_session
 from ..errors import InvalidParameterError
 from ..params import DEFAULT_PARALLEL, check_parallel, check_whole
@@ -66,6 +67,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=f"requests that may wait for a slot; more get 503 with Retry-After "
         f"(default {DEFAULT_MAX_QUEUE})",
     )
+    p.add_argument(
+        "--history-file",
+        metavar="PATH",
+        help="keep the n-gram lookup's history of earlier requests in this file: read at "
+        f"start, saved every {DEFAULT_SAVE_INTERVAL_S:.0f} s while it changes and at exit, "
+        "so a restarted server drafts from what it served before",
+    )
     p.add_argument("--name", help="model id clients use (default: the --target name)")
     p.add_argument("--quiet", action="store_true", help="do not log requests")
     p.set_defaults(run=run)
@@ -83,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidParameterError(f"max-body must be >= 1, got {args.max_body}")
     parallel = check_parallel(args.parallel)
     check_whole(args.max_queue, name="max-queue")
+    if args.history_file and not os.path.isdir(os.path.dirname(os.path.abspath(args.history_file))):
+        raise InvalidParameterError(f"history file's folder does not exist: {args.history_file}")
     session = load_session(
         args.target,
         args.draft,
@@ -100,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
     def log(msg: str) -> None:
         if not args.quiet:
             print(msg, file=sys.stderr, flush=True)
+
+    keeper = _history_file(session, args.history_file) if args.history_file else None
 
     try:
         server = EdgespecServer(
@@ -135,7 +147,18 @@ def run(args: argparse.Namespace) -> int:
     # ignored (a signal mask and SIG_IGN are inherited across exec)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    if keeper is not None:
+        keeper.start()
+
+        def save_then_terminate(signum: int, _frame: object) -> None:
+            keeper.close()  # then end as SIGTERM always has, unhandled
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+        signal.signal(signal.SIGTERM, save_then_terminate)
     serve(server)
+    if keeper is not None:
+        keeper.close()
     # Everything is closed and nothing is left to write (caches are replaced atomically
     # when written): end here rather than in the interpreter's finalization, which
     # frees the models from daemon threads' reach and once kept a stopped server alive
@@ -143,6 +166,26 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def _history_file(session, path: str) -> HistoryFile:
+    """The session's lookup history, with what ``path`` saved added (one line on stderr)."""
+    if session.history is None:
+        raise InvalidParameterError(
+            "--history-file needs the n-gram lookup (--draft auto, ngram or ngram+MODEL)"
+        )
+    keeper = HistoryFile(
+        session.history, path, log=lambda msg: print(msg, file=sys.stderr, flush=True)
+    )
+    n = keeper.load()
+    print(
+        f"edgespec: lookup history: {n} earlier request{'' if n == 1 else 's'} from {path}"
+        if n
+        else f"edgespec: lookup history: none yet, saved to {path}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return keeper
 
 
 def _is_loopback(host: str) -> bool:

@@ -72,6 +72,7 @@ class LookupHistory:
         self._index: dict[int, int] = {}
         self._starts: deque[int] = deque()  # absolute start of each document held
         self._recent: deque[tuple[int, tuple[int, ...]]] = deque(maxlen=_RECENT)  # (start, doc)
+        self.changes = 0  # documents added so far (what a saver compares)
 
     def __len__(self) -> int:
         """Tokens held (separators included)."""
@@ -103,6 +104,7 @@ class LookupHistory:
             self._drop_oldest()
 
     def _append(self, part: tuple[int, ...]) -> None:
+        self.changes += 1
         tokens, index = self._tokens, self._index
         begin = self._base + len(tokens)
         self._starts.append(begin)
