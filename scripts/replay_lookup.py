@@ -17,7 +17,14 @@ The replayed rules:
 - ``edgespec+counts<16``: the count-based draft for every match shorter than 16
   tokens (the lookup's own for longer ones);
 - ``llama-lookup nD``: llama.cpp's ``common_ngram_cache_draft`` (context cache only,
-  as ``llama-lookup`` runs without cache files), drafting up to D tokens.
+  as ``llama-lookup`` runs without cache files), drafting up to D tokens;
+- ``suffix``: SuffixDecoding's single-path speculation (arXiv 2411.04975, as in
+  ArcticInference: the context's suffix tree, a draft per pattern length m that
+  follows the most frequent continuation while its estimated probability stays at
+  least MIN_TOKEN_PROB and its length at most MAX_SPEC_FACTOR * m, the draft of the
+  highest score, the sum of its probabilities, kept), every draft verified whole;
+- ``suffix+policy``: the same drafts, their length chosen by edgespec's adaptive
+  policy (match length m).
 
 Time is predicted from the cost curve (seconds per k-row decode) cached for this
 machine, so ratios are verify-cost ratios: prompt processing and Python overhead are
@@ -51,6 +58,7 @@ from edgespec.loading import resolve_model
 from edgespec.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)
+MAX_GAMMA = 47  # the policy's longest draft (a 48-row verify)
 RNG = np.random.default_rng(0)
 
 
@@ -191,6 +199,74 @@ def replay_llama_lookup(
     return seconds, calls
 
 
+# SuffixDecoding's defaults in ArcticInference (suffix_decoding_*)
+MIN_TOKEN_PROB = 0.1
+MAX_SPEC_FACTOR = 1.0
+MAX_PATTERN = 64  # the suffix tree's depth
+
+
+def suffix_draft(context: Sequence[int], n: int) -> tuple[list[int], int]:
+    """SuffixDecoding's best single-path draft for context (at most n tokens) and the
+    pattern length it matched. Every earlier position whose preceding tokens agree with
+    the context's last m is an occurrence of the length-m pattern (a node of the suffix
+    tree); its continuation counts are the children's."""
+    end, last = len(context), context[-1]
+    agree: dict[int, int] = {}  # position after an occurrence -> pattern length matched
+    for i in range(1, end):
+        if context[i - 1] == last:
+            a = 1
+            while a < MAX_PATTERN and a < i and context[i - 1 - a] == context[end - 1 - a]:
+                a += 1
+            agree[i] = a
+    best: tuple[float, list[int], int] = (0.0, [], 0)
+    for m in sorted(set(agree.values())):
+        live = [i for i, a in agree.items() if a >= m]
+        draft: list[int] = []
+        prob, score = 1.0, 0.0
+        while live and len(draft) < min(n, int(MAX_SPEC_FACTOR * m)):
+            j = len(draft)
+            live = [i for i in live if i + j < end]
+            counts = Counter(context[i + j] for i in live)
+            if not counts:
+                break
+            tok, c = counts.most_common(1)[0]
+            prob *= c / len(live)
+            if prob < MIN_TOKEN_PROB:
+                break
+            draft.append(tok)
+            score += prob
+            live = [i for i in live if context[i + j] == tok]
+        if score > best[0]:
+            best = (score, draft, m)
+    return best[1], best[2]
+
+
+def replay_suffix(
+    prompt: list[int], output: list[int], curve: CostCurve, policy: bool
+) -> tuple[float, int]:
+    """Predicted seconds and target calls of SuffixDecoding's drafts over the context
+    (policy: their length chosen by edgespec's adaptive policy, else verified whole)."""
+    chooser = AdaptiveGamma(curve, draft_step_s=0.0) if policy else None
+    if chooser is not None:
+        chooser.start_generation()
+    context, done, seconds, calls = list(prompt), 0, 0.0, 0
+    while done < len(output):
+        limit = min(len(output) - done - 1, MAX_GAMMA)
+        draft, m = suffix_draft(context, limit)
+        g = len(draft) if chooser is None else chooser.choose(len(draft), match_len=m)
+        accepted = _accepted(draft[:g], output[done:])
+        cost = curve.cost(g + 1)
+        if chooser is not None:
+            chooser.observe(g, accepted, cost)
+            if g == 0:  # as the engine does: a plain round still scores the proposal
+                chooser.observe_free(draft, output[done])
+        context += output[done : done + accepted + 1]
+        done += accepted + 1
+        seconds += cost
+        calls += 1
+    return seconds, calls
+
+
 def _accepted(draft: Sequence[int], truth: Sequence[int]) -> int:
     n = 0
     while n < len(draft) and n < len(truth) - 1 and draft[n] == truth[n]:
@@ -257,6 +333,8 @@ def main() -> None:
             f"llama-lookup n{d}": (lambda p, o, d=d: replay_llama_lookup(p, o, curve, d))
             for d in (3, 8, 16)
         },
+        "suffix": lambda p, o: replay_suffix(p, o, curve, policy=False),
+        "suffix+policy": lambda p, o: replay_suffix(p, o, curve, policy=True),
     }
     rows: dict[str, dict] = {}
     by_kind: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))

@@ -48,7 +48,8 @@ class HistoryFile:
         self._saved = history.changes
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()  # one save at a time (the timer's, close's)
+        # one save at a time (the timer's, close's); reentrant: SIGTERM may arrive mid-save
+        self._lock = threading.RLock()
 
     def load(self) -> int:
         """Add the documents saved at ``path`` (none if there is no file yet).
