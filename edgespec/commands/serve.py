@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 
-from ..completion.history_file import DEFAULT_SAVE_INTERVAL_S, HistoryFile
+from ..completion.history_file import DEFAULT_SAVE_INTERVAL_S, HistoryFile, check_history_path
 from ..completion.session import AUTO, load_session
 from ..errors import InvalidParameterError
 from ..params import DEFAULT_PARALLEL, check_parallel, check_whole
@@ -91,8 +91,8 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidParameterError(f"max-body must be >= 1, got {args.max_body}")
     parallel = check_parallel(args.parallel)
     check_whole(args.max_queue, name="max-queue")
-    if args.history_file and not os.path.isdir(os.path.dirname(os.path.abspath(args.history_file))):
-        raise InvalidParameterError(f"history file's folder does not exist: {args.history_file}")
+    if args.history_file:
+        check_history_path(args.history_file)
     session = load_session(
         args.target,
         args.draft,

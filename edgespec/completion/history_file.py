@@ -22,6 +22,15 @@ from ..errors import InvalidParameterError
 DEFAULT_SAVE_INTERVAL_S = 60.0
 
 
+def check_history_path(path: str | Path) -> Path:
+    """``path`` as a Path; InvalidParameterError (one line) where its folder does not
+    exist, so a server learns it before loading its models, not at its first save."""
+    path = Path(path)
+    if not path.absolute().parent.is_dir():
+        raise InvalidParameterError(f"history file's folder does not exist: {path}")
+    return path
+
+
 class HistoryFile:
     """Keeps ``history`` in ``path``: ``load()`` at start, ``start()`` the periodic
     saves, ``close()`` the last save.
@@ -58,8 +67,7 @@ class HistoryFile:
         saved history, or was saved for another model; the file is left as it is.
         """
         if not self.path.exists():
-            if not self.path.parent.is_dir():
-                raise InvalidParameterError(f"history file's folder does not exist: {self.path}")
+            check_history_path(self.path)
             return 0
         try:
             n = self.history.load(self.path)
