@@ -103,9 +103,9 @@ def test_toml_string_survives_any_text(make_corpus) -> None:
 
 def test_missing_sources_are_skipped(make_corpus, monkeypatch: pytest.MonkeyPatch) -> None:
     gone = Path("/nonexistent-edgespec")
-    monkeypatch.setattr(make_corpus, "LICENSES", gone)
-    monkeypatch.setattr(make_corpus, "DOCS", gone)
-    monkeypatch.setattr(make_corpus, "MAN", gone)
+    monkeypatch.setattr(make_corpus.sources, "LICENSES", gone)
+    monkeypatch.setattr(make_corpus.sources, "DOCS", gone)
+    monkeypatch.setattr(make_corpus.sources, "MAN", gone)
     items = make_corpus.build_corpus(2)
     kinds = {i.kind for i in items}
     assert "quote" not in kinds  # nothing to quote from
