@@ -9,7 +9,7 @@ import signal
 import sys
 
 from ..completion.history_file import DEFAULT_SAVE_INTERVAL_S, HistoryFile, check_history_path
-from ..completion.session import AUTO, load_session
+from ..completion.session import AUTO, CompletionSession, load_session
 from ..errors import InvalidParameterError
 from ..params import DEFAULT_PARALLEL, check_parallel, check_whole
 from .options import AUTO_DRAFT_HELP, add_model_options, parse_gamma
@@ -168,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
     os._exit(0)
 
 
-def _history_file(session, path: str) -> HistoryFile:
+def _history_file(session: CompletionSession, path: str) -> HistoryFile:
     """The session's lookup history, with what ``path`` saved added (one line on stderr)."""
     if session.history is None:
         raise InvalidParameterError(
