@@ -4,7 +4,8 @@ With a_i the chance that draft token i is accepted given that 1..i-1 were, a
 round that drafts g tokens yields E(g) = 1 + a_1 + a_1 a_2 + ... + a_1...a_g
 tokens and costs T(g) = verify(g + 1) + draft(g) seconds. The policy picks the
 g in 0..max_gamma with the best E(g) / T(g); g = 0 is plain decoding, so the
-policy never chooses to lose (up to estimation error and the probes below).
+policy never chooses to lose (up to estimation error and the probes below). Where
+the estimates are wrong, a loss budget (LOSS_SHARE) bounds what drafting can lose.
 
 a_i are running estimates per position, discounted so that they follow the text
 (code copying vs free writing). verify(k) is the calibrated cost curve, corrected
@@ -41,6 +42,14 @@ PLAIN_REFRESH = 32  # drafting rounds in a row before a plain one re-measures th
 # time so far, each batch priced before it runs: a first reply is at most 1.25x slower
 GAP_SHARE = 0.2
 MIN_GAIN = 1.02  # drafting must beat plain decoding's predicted rate by 2%: ties go to plain
+# a loss budget: a round may lose against a plain round, if none of its draft is kept,
+# at most what drafting has saved so far plus LOSS_SHARE of the plain time of the
+# generation's max_tokens and of every token made so far (this session's, in a
+# server), so that a short reply whose estimates are wrong loses a bounded share to
+# plain decoding: at most 2 x LOSS_SHARE by max_tokens (a conservative bandit, Wu et
+# al. 2016). The time saved or lost is measured, noise and depth included.
+LOSS_SHARE = 0.03
+UNKNOWN_HORIZON = 256  # max_tokens for the loss budget until a generation says its own
 
 
 class BatchShare(Protocol):
@@ -97,6 +106,9 @@ class AdaptiveGamma:
         self._probe_after = FIRST_PROBE_AFTER
         self._since_plain = 0
         self.chosen: list[int] = []
+        self.saved_s = 0.0  # drafting rounds' time saved against plain ones (< 0: lost)
+        self._tokens = 0  # tokens made while this policy chose (the loss budget's base)
+        self._horizon = UNKNOWN_HORIZON  # the generation's max_tokens (also in the base)
         # the curve being measured between rounds (gap_calibration.GapCalibration), if any
         self.gaps: GapCalibration | None = None
         self.gap_s = 0.0  # seconds measuring it in this generation
@@ -151,12 +163,14 @@ class AdaptiveGamma:
             if lock is not None:
                 lock.release()
 
-    def start_generation(self) -> None:
+    def start_generation(self, max_tokens: int = UNKNOWN_HORIZON) -> None:
         """Forget what belongs to the last generation's text, keep what was learned.
 
         The acceptance estimates and cost scales carry over, so that a server's short
-        completions (often too short to learn in) start from its earlier requests.
+        completions (often too short to learn in) start from its earlier requests; so
+        does the loss budget's account of time saved and tokens made.
         """
+        self._horizon = max_tokens
         self._shadow, self._shadow_pos = [], 0
         self._after_miss = False
         self._key = context_key(None, False)
@@ -242,13 +256,15 @@ class AdaptiveGamma:
             others = k + 0.5 * max(0, shared - k)
         costs = self.round_costs(limit, free_draft=match_len is not None, shared=shared)
         timed = self._timed if shared == 0 else range(1, self.max_gamma + 2)
+        # what a round may lose against a plain one (beside others' rows: not capped)
+        budget = self.loss_budget(costs[0]) if shared == 0 else float("inf")
         best_g, best_rate = 0, MIN_GAIN * (1.0 + others) / costs[0]
         total, run = 1.0, 1.0
         for g, a in enumerate(self.accept.rates(limit), start=1):
             run *= a
             total += run
             rate = (total + others) / costs[g]
-            if rate > best_rate and g + 1 in timed:
+            if rate > best_rate and g + 1 in timed and costs[g] - costs[0] <= budget:
                 best_g, best_rate = g, rate
         if best_g > 0:
             self._since_plain += 1
@@ -264,6 +280,7 @@ class AdaptiveGamma:
             and self.draft_step_s > 0
             and self.keep_drafting(1, 1.0)  # else the probe's first token is refused anyway
             and self._probe_could_pay(limit)
+            and costs[1] - costs[0] <= budget
         ):
             # the estimates can only recover if someone drafts: probe rarely, with backoff
             self._idle_rounds += 1
@@ -276,6 +293,10 @@ class AdaptiveGamma:
             self._probe_after = FIRST_PROBE_AFTER
         self.chosen.append(best_g)
         return best_g
+
+    def loss_budget(self, plain_s: float) -> float:
+        """Seconds the next round may lose against a plain round of plain_s seconds."""
+        return self.saved_s + LOSS_SHARE * (self._horizon + self._tokens) * plain_s
 
     def _probe_could_pay(self, limit: int) -> bool:
         """Is a probe worth it: could a draft pay, fully accepted, at the calibrated verify
@@ -311,12 +332,17 @@ class AdaptiveGamma:
             self._draft_num = SCALE_DISCOUNT * self._draft_num + draft_s
             self._draft_den = SCALE_DISCOUNT * self._draft_den + max(1, drafted) * self.draft_step_s
         self.accept.observe(drafted, accepted)
+        self._tokens += accepted + 1
+        shared = self.share is not None and self.share.last_was_shared()
+        if drafted and not shared:
+            # against plain rounds at today's price: accepted + 1 of them
+            self.saved_s += (accepted + 1) * self.round_cost(0) - verify_s - draft_s
         if drafted:
             self._after_miss = accepted < drafted
             self._shadow = []  # the context moved past it
         k = drafted + 1
         predicted = self.verify.cost(k)
-        if self.share is not None and self.share.last_was_shared():
+        if shared:
             return  # the decode's time was other sequences' too: no cost lesson
         if predicted > 0 and verify_s > 0:
             ratio = verify_s / predicted

@@ -146,9 +146,9 @@ def stream_generate(
     can end in bytes the detokenizer flushed): consumers add what is missing.
     """
     sampling = sampling or SamplingParams()
-    policy = resolve_gamma(gamma, target, drafter)
-    fixed_gamma = 0 if policy is not None or drafter is None else int(gamma)  # type: ignore[arg-type]
     check_max_tokens(max_tokens)
+    policy = resolve_gamma(gamma, target, drafter, max_tokens)
+    fixed_gamma = 0 if policy is not None or drafter is None else int(gamma)  # type: ignore[arg-type]
     if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)):
         raise InvalidParameterError(f"logprobs must be a whole number, got {logprobs!r}")
     if logprobs is not None and logprobs < 0:
@@ -365,18 +365,23 @@ def _add_round(stats: Stats, res: RoundResult, rnd: int, lookup_s: float) -> Sta
 
 
 def resolve_gamma(
-    gamma: int | str | AdaptiveGamma, target: LlamaModel, drafter: Drafter | None
+    gamma: int | str | AdaptiveGamma,
+    target: LlamaModel,
+    drafter: Drafter | None,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
 ) -> AdaptiveGamma | None:
     """An adaptive policy for gamma="auto" (or a given one), None for a fixed gamma."""
     if isinstance(gamma, AdaptiveGamma):
-        if drafter is None:
-            return None
-        gamma.start_generation()
-        return gamma
-    if gamma == "auto":
-        return make_policy(target, drafter) if drafter is not None else None
-    check_gamma(gamma)
-    return None
+        policy = gamma
+    elif gamma == "auto":
+        policy = make_policy(target, drafter) if drafter is not None else None
+    else:
+        check_gamma(gamma)
+        return None
+    if drafter is None or policy is None:
+        return None
+    policy.start_generation(max_tokens)
+    return policy
 
 
 def make_policy(target: LlamaModel, drafter: Drafter, *, calibrate: bool = False) -> AdaptiveGamma:

@@ -92,7 +92,7 @@ def replay_edgespec(
     lookup has nothing)."""
     drafter = NgramDrafter() if counts is None else CountedDrafter(counts)
     policy = AdaptiveGamma(curve, draft_step_s=0.0)
-    policy.start_generation()
+    policy.start_generation(len(output))
     drafter.prefill(prompt)
     context, done, seconds, calls = list(prompt), 0, 0.0, 0
     while done < len(output):
@@ -248,7 +248,7 @@ def replay_suffix(
     (policy: their length chosen by edgespec's adaptive policy, else verified whole)."""
     chooser = AdaptiveGamma(curve, draft_step_s=0.0) if policy else None
     if chooser is not None:
-        chooser.start_generation()
+        chooser.start_generation(len(output))
     context, done, seconds, calls = list(prompt), 0, 0.0, 0
     while done < len(output):
         limit = min(len(output) - done - 1, MAX_GAMMA)
@@ -276,6 +276,7 @@ def _accepted(draft: Sequence[int], truth: Sequence[int]) -> int:
 
 # --sweep: the policy's constants, one at a time, each over the shipped value
 SWEEP = {
+    "adaptive.LOSS_SHARE": (float("inf"), 0.01, 0.05, 0.1),
     "adaptive.MIN_GAIN": (1.05, 1.1, 1.2),
     "acceptance.MATCH_LEN_PRIORS": ((0.3, 0.3, 0.95, 0.95), (0.2, 0.2, 0.95, 0.95)),
     "acceptance.PRIOR_WEIGHT": (4.0, 8.0),
@@ -293,11 +294,13 @@ def sweep(records: dict[str, dict], curve: CostCurve) -> None:
     modules = {"acceptance": acceptance, "adaptive": adaptive, "ngram": ngram}
 
     def judge(label: str) -> None:
-        xs = []
+        xs, kinds = [], defaultdict(list)
         for rec in records.values():
             seconds, _ = replay_edgespec(rec["prompt"], rec["output"], curve)
             xs.append(len(rec["output"]) * curve.cost(1) / seconds)
-        print(f"{label:44s} median {statistics.median(xs):.3f}  worst {min(xs):.3f}")
+            kinds[rec["kind"]].append(xs[-1])
+        per_kind = " ".join(f"{k} {statistics.median(v):.2f}" for k, v in sorted(kinds.items()))
+        print(f"{label:44s} median {statistics.median(xs):.3f}  worst {min(xs):.3f}  {per_kind}")
 
     judge("as shipped")
     for name, values in SWEEP.items():

@@ -7,13 +7,13 @@ import math
 
 import pytest
 
-from edgespec import costs, gap_calibration
+from edgespec import adaptive, costs, gap_calibration
 from edgespec.adaptive import FIRST_PROBE_AFTER, AdaptiveGamma
 from edgespec.backend import LlamaModel
 from edgespec.costs import CostCurve, load_or_measure
 from edgespec.drafting import CompositeDrafter, ModelDrafter
 from edgespec.drafting.ngram import NgramDrafter
-from edgespec.engine import generate
+from edgespec.engine import generate, resolve_gamma
 
 # Measured shape on this project's 2-core CPUs (Gemma 3 270M): k=2 2.2x, 4 3x, 8 3.7x, 16 5x.
 CPU_RATIOS = [1.0, 2.2, 2.6, 3.0, 3.2, 3.35, 3.5, 3.6, 3.7, 3.85, 4.0, 4.2, 4.4, 4.6, 4.8, 5.0, 5.1]
@@ -577,3 +577,57 @@ def test_only_rounds_that_ran_the_draft_model_teach_its_step() -> None:
     assert p.draft_scale == 1.0
     planner.observe(RoundPlan(3, None), RoundResult([], 1, 0, 7, 0.03, GPU_LIKE.cost(1)))
     assert p.draft_scale == pytest.approx(3.0)
+
+
+def _run_wrong_estimates(curve: CostCurve, max_tokens: int) -> tuple[float, list[int]]:
+    """A lookup that keeps proposing long matches the target never takes: the seconds
+    lost against plain decoding over max_tokens tokens, and the lengths drafted."""
+    p = AdaptiveGamma(curve, draft_step_s=0.0)
+    p.start_generation(max_tokens)
+    made, lost, chosen = 0, 0.0, []
+    while made < max_tokens:
+        g = p.choose(min(47, max_tokens - made - 1), match_len=30)  # a long band: prior 0.95
+        p.observe(g, 0, verify_s=curve.cost(g + 1))  # the first draft token is wrong
+        lost += curve.cost(g + 1) - curve.cost(1)
+        made += 1
+        chosen.append(g)
+    return lost, chosen
+
+
+def test_a_loss_budget_bounds_what_wrong_estimates_can_lose(monkeypatch) -> None:
+    bound = 2 * adaptive.LOSS_SHARE * 48 * CPU_48.cost(1)  # a 48-token reply's
+    lost, chosen = _run_wrong_estimates(CPU_48, 48)
+    assert any(chosen)  # it did bet (the long band's prior says copy)...
+    assert lost <= bound + 1e-9  # ... and lost a bounded share
+    monkeypatch.setattr(adaptive, "LOSS_SHARE", math.inf)
+    unbounded, _ = _run_wrong_estimates(CPU_48, 48)
+    assert unbounded > bound  # without it the same bets lose more
+
+
+def test_drafts_that_pay_earn_the_budget_for_longer_ones(monkeypatch) -> None:
+    def first_choices(share: float) -> list[int]:
+        monkeypatch.setattr(adaptive, "LOSS_SHARE", share)
+        p = policy_with_rate(CPU_48, 0.97)
+        p.start_generation(64)
+        out = []
+        for _ in range(4):
+            g = p.choose(47)
+            p.observe(g, g, verify_s=CPU_48.cost(g + 1))  # every draft token kept
+            out.append(g)
+        return out
+
+    unbounded = first_choices(math.inf)
+    budgeted = first_choices(0.03)
+    assert 0 < budgeted[0] < unbounded[0]  # a short reply starts with a smaller bet
+    assert budgeted[-1] == unbounded[-1]  # the time it saved pays for the long one
+
+
+def test_generation_tells_the_policy_its_max_tokens() -> None:
+    p = AdaptiveGamma(CPU, draft_step_s=0.0)
+    assert resolve_gamma(p, None, NgramDrafter(), 40) is p  # type: ignore[arg-type]
+    assert p.loss_budget(1.0) == pytest.approx(adaptive.LOSS_SHARE * 40)
+    p.observe(3, 3, verify_s=CPU.cost(4))  # 4 tokens in 3.0 plain steps' time: 1 saved
+    assert p.saved_s == pytest.approx(4 * CPU.cost(1) - CPU.cost(4))
+    assert p.loss_budget(CPU.cost(1)) == pytest.approx(
+        p.saved_s + adaptive.LOSS_SHARE * (40 + 4) * CPU.cost(1)
+    )

@@ -11,12 +11,14 @@ tokens are compared.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 
 import numpy as np
 import pytest
 
+from edgespec import adaptive
 from edgespec.backend import LlamaModel
 from edgespec.costs import load_or_measure
 from edgespec.drafting import ModelDrafter
@@ -139,9 +141,14 @@ def test_the_context_holds_n_ctx_per_sequence(contexts) -> None:
 
 
 @pytest.mark.parametrize("gamma", [4, "auto"])
-def test_speculative_greedy_on_shared_sequences_equals_plain_alone(real_model_paths, gamma) -> None:
+def test_speculative_greedy_on_shared_sequences_equals_plain_alone(
+    real_model_paths, gamma, monkeypatch
+) -> None:
     # On Gemma (batch-invariant kernels): the synthetic models' near-ties can flip with
     # the batch. The draft model is Gemma itself, in a context of four sequences too.
+    # 16-token replies alone could not afford a draft under the loss budget: lifted,
+    # since what is tested is that drafts beside other sequences keep the output exact
+    monkeypatch.setattr(adaptive, "LOSS_SHARE", math.inf)
     path = real_model_paths["gemma-3-270m"]
     with (
         LlamaModel(path, n_ctx=256, n_threads=2) as alone,
@@ -284,11 +291,11 @@ def test_beside_an_urgent_sequence_the_others_get_their_share_and_no_more(
 
     def second():
         with other.working():
-            started.set()
             n = 0
             while not stop.is_set():
                 _greedy_rows(other, PROMPTS[1], n=4)
                 n += 1
+                started.set()  # once it has run a call: it is decoding when urgent starts
             return n
 
     got, _ = _in_threads([first, second])
