@@ -32,11 +32,13 @@ left out. Runs each workload's plain decode once (greedy outputs are cached unde
 build/replay/), then replays; sampled workloads are skipped.
 
     .venv/bin/python scripts/replay_lookup.py --corpus build/corpus --split tuning
+    .venv/bin/python scripts/replay_lookup.py --sweep --curve-from docs/bench/X.json
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -321,10 +323,16 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, default=Path("build/replay"))
     ap.add_argument("--json", type=Path, help="write the per-text figures here")
     ap.add_argument("--sweep", action="store_true", help="vary the policy's constants instead")
+    ap.add_argument(
+        "--curve-from", type=Path, help="price rounds on this bench report's calibration instead"
+    )
     args = ap.parse_args()
     target = LlamaModel(resolve_model(args.model), n_ctx=4096, n_threads=args.threads)
     records = record(target, args.corpus, args.split, args.cache)
     curve = load_or_measure(target)
+    if args.curve_from:
+        seconds = json.loads(args.curve_from.read_text())["calibration"]["target"]
+        curve = dataclasses.replace(curve, seconds=tuple(seconds))
     if args.sweep:
         sweep(records, curve)
         return
