@@ -50,6 +50,16 @@ def test_an_exception_reaches_the_caller_and_the_thread_goes_on() -> None:
 
 
 def test_a_ctrl_c_waits_for_the_call_to_return() -> None:
+    # Python's own Ctrl-C handler, even where the run inherited SIGINT ignored (a
+    # shell's background job): the test is about what edgespec does with a Ctrl-C
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _ctrl_c_waits_for_the_call()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _ctrl_c_waits_for_the_call() -> None:
     compute = ComputeThread("test-compute")
     finished = threading.Event()
 

@@ -100,6 +100,9 @@ def _serve(target: Path, history: Path) -> tuple[subprocess.Popen, str, str]:
         [sys.executable, "-m", "edgespec.cli", "serve", "--port", "0", "--quiet",
          "--target", str(target), "--draft", "ngram", "--history-file", str(history)],
         stderr=subprocess.PIPE, text=True, env=dict(os.environ),
+        # a Ctrl-C reaches it even where this run inherited SIGINT ignored (a
+        # background job of a shell), as it does in a user's terminal
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     assert proc.stderr is not None
     said = proc.stderr.readline()
