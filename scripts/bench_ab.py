@@ -12,8 +12,8 @@ text the median ratio of each arm and their quotient.
         --texts code-calendar,summarise-man-find,edit-gettext --json ab.json
 
 The earlier commit is checked out with `git worktree` under /tmp and run with this
-checkout's .venv (its sources imported first), so it must not need other packages
-than this one.
+checkout's .venv, its editable install pointed at the worktree for that process, so
+the earlier commit must not need other packages than this one.
 """
 
 from __future__ import annotations
