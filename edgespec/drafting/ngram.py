@@ -115,11 +115,10 @@ class NgramDrafter:
         return Draft(tokens, _point_masses(tokens, sampling), match_len=match_len)
 
     def _sync(self, context: Sequence[int]) -> None:
-        common = 0
-        limit = min(len(self._tokens), len(context))
-        while common < limit and self._tokens[common] == context[common]:
-            common += 1
-        if common < len(self._tokens):  # the context changed before its end: start over
+        n = len(self._tokens)
+        # (one slice comparison in C: walking a 1,000-token prompt in Python every round
+        # took 0.15 ms, 1% of a plain step)
+        if list(context[:n]) != self._tokens:  # the context changed before its end: start over
             self._tokens, self._index, self._indexed_end = [], {}, 0
         self._tokens.extend(context[len(self._tokens) :])
         tokens, index = self._tokens, self._index
