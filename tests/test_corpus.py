@@ -11,6 +11,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from edgespec.bench.corpus import (
@@ -23,6 +24,7 @@ from edgespec.bench.corpus import (
     percentile,
     split_of,
 )
+from edgespec.bench.stats import median_interval
 from edgespec.bench.workloads import parse_workload
 from edgespec.cli import main
 from edgespec.errors import InvalidParameterError
@@ -218,6 +220,40 @@ def test_corpus_goals() -> None:
     assert tuning[0]["split"] == "tuning" and tuning[0]["met"] is False
 
 
+def test_median_interval_is_the_sign_tests() -> None:
+    vals = [1.0, 0.9, 1.2, 0.8, 1.1, 0.95, 1.05, 1.3]
+    assert median_interval(vals) == (0.9, 1.2)  # n = 8: the 2nd smallest and 2nd largest
+    assert median_interval(vals[:5]) == (0.8, 1.2)  # n = 5: the extremes (93.75%)
+    assert median_interval(vals[:4]) is None  # the extremes hold it only 87.5% of the time
+    assert median_interval(vals[:4], level=0.8) == (0.8, 1.2)
+
+
+def test_median_interval_covers_the_median_as_often_as_it_says() -> None:
+    # a skewed distribution whose median is known: exp(N(0, 1)) has median 1.0
+    rng = np.random.default_rng(7)
+    for n in (5, 8, 12):
+        draws = np.exp(rng.normal(size=(4000, n)))
+        held = [lo <= 1.0 <= hi for lo, hi in map(median_interval, draws.tolist())]
+        assert 0.90 <= sum(held) / len(held) <= 0.99
+
+
+def test_never_loses_counts_only_texts_that_surely_lose() -> None:
+    texts = {f"e{i}": _text("edit", "validation", 1.5, 1.0, 1.3, reps=8) for i in range(4)}
+    for t in texts.values():
+        t["auto_vs_plain_interval"] = (1.2, 1.8)
+    noisy = _text("summarise", "validation", 0.95, 1.0, None, reps=8)
+    texts["noisy"] = noisy | {"auto_vs_plain_interval": (0.88, 1.01)}
+    goals = {g["goal"]: g for g in corpus_goals(texts, "validation")}
+    assert goals["never loses: worst text, auto / plain"]["met"] is False  # 0.95 < 0.97
+    sure = goals["never loses: share of texts whose 90% interval reaches 0.97x"]
+    assert sure["value"] == 1.0 and sure["met"] is True  # ... but not surely
+    texts["noisy"]["auto_vs_plain_interval"] = (0.90, 0.96)  # now it surely loses
+    sure = {g["goal"]: g for g in corpus_goals(texts, "validation")}[sure["goal"]]
+    assert sure["value"] == pytest.approx(0.8) and sure["met"] is False
+    texts["noisy"]["auto_vs_plain_interval"] = None  # too few repetitions: not reported
+    assert sure["goal"] not in {g["goal"] for g in corpus_goals(texts, "validation")}
+
+
 def test_distribution_reads_a_report() -> None:
     def row(tps: list[float], kind: str = "edgespec", gamma: object = 0) -> dict:
         return {"kind": kind, "gamma": gamma, "tokens_per_second": tps[0]}
@@ -240,6 +276,16 @@ def test_distribution_reads_a_report() -> None:
     assert d["texts"]["c"]["auto_vs_best_fixed"] is None
     assert d["plain_spread"] == {"median": pytest.approx(0.10), "max": 0.15}
     assert d["kinds"]["validation"]["edit"]["auto_vs_best_fixed"]["median"] == 0.97
+    assert d["texts"]["a"]["auto_vs_plain_interval"] is None  # no repetitions saved
+    plain = [10.0, 12.0, 11.0, 9.0, 10.0]
+    report["workloads"]["a"]["configs"] |= {
+        "plain": row(plain) | {"tokens_per_second_all": plain},
+        "ngram auto": row(plain) | {"tokens_per_second_all": [20.0, 18.0, 22.0, 27.0, None]},
+    }
+    # paired per repetition, the 5th (failed) left out: 2.0, 1.5, 2.0, 3.0
+    assert distribution(report)["texts"]["a"]["auto_vs_plain_interval"] is None
+    report["workloads"]["a"]["configs"]["ngram auto"]["tokens_per_second_all"][4] = 25.0
+    assert distribution(report)["texts"]["a"]["auto_vs_plain_interval"] == (1.5, 3.0)
 
 
 # ------------------------------------------------------------------ end to end

@@ -5,6 +5,7 @@ Everything here works on plain numbers and dicts, so it is unit-tested without a
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -73,6 +74,22 @@ def median_ratio(a: Sequence[float | None], b: Sequence[float | None]) -> float 
     """Median of the per-repetition ratios a/b (None if no repetition has both)."""
     ratios = paired_ratios(a, b)
     return median(ratios) if ratios else None
+
+
+def median_interval(values: Iterable[float], level: float = 0.90) -> tuple[float, float] | None:
+    """A distribution-free interval that holds the median of what values were drawn from
+    with at least `level` confidence: the j-th smallest and j-th largest value, for the
+    largest j with P(Binomial(n, 1/2) < j) <= (1 - level) / 2 (the sign test's
+    interval). None when n is too small for the level (fewer than 5 values at 90%)."""
+    vals = sorted(values)
+    n = len(vals)
+    tail, j = 0.0, 0
+    while j < n // 2:
+        tail += math.comb(n, j) / 2**n  # P(B = j): at most j values below the median
+        if tail > (1 - level) / 2:
+            break
+        j += 1
+    return (vals[j - 1], vals[n - j]) if j > 0 else None
 
 
 def expected_speedup(alpha: float, gamma: float, cost_ratio: float) -> float:
