@@ -304,3 +304,47 @@ def test_beside_an_urgent_sequence_the_others_get_their_share_and_no_more(
     # the others had rows in some decodes, but no more than their share (one decode's
     # overshoot: the share is checked before a decode, not after)
     assert 0 < share <= parallel.OTHERS_SHARE + longest[0] / window["span_s"]
+
+
+def test_a_cache_edit_waits_for_the_decode_in_flight_only(contexts, monkeypatch) -> None:
+    # a sequence decoding back to back (an urgent editor) used to win the context's
+    # lock again before a waiting edit (another slot's rollback) woke: the edit
+    # waited for the whole generation, and the others' share was never given
+    _, shared = contexts
+    urgent, other = shared.sequence(0), shared.sequence(1)
+    other.reset()
+    other.decode(other.tokenize(PROMPTS[1], parse_special=True), logits="none")
+    decode_parts = shared._decode_parts
+
+    def slow(parts):
+        time.sleep(0.004)
+        return decode_parts(parts)
+
+    monkeypatch.setattr(shared, "_decode_parts", slow)
+    b = urgent.batcher
+    stop, running = threading.Event(), threading.Event()
+    waited: list[int] = []
+
+    def decoding():
+        with urgent.working(urgent=True):
+            logits = urgent.decode(urgent.tokenize(PROMPTS[0], parse_special=True), logits="last")
+            urgent.reset()
+            while not stop.is_set():
+                running.set()
+                urgent.decode([int(np.argmax(logits[-1]))], logits="last")
+                if len(urgent.tokens) > 200:
+                    urgent.reset()
+        return None
+
+    def editing():
+        assert running.wait(30)
+        for _ in range(20):
+            time.sleep(0.003)
+            before = b.decodes
+            other.truncate(len(other.tokens) - 1)
+            waited.append(b.decodes - before)
+        stop.set()
+        return None
+
+    _in_threads([decoding, editing])
+    assert len(waited) == 20 and max(waited) <= 1, waited

@@ -77,6 +77,7 @@ class Batcher:
         self._cv = threading.Condition()
         self._pending: list[_Part] = []
         self._busy = False  # a decode or a cache edit is running on the context
+        self._edits_waiting = 0  # cache edits waiting for the context: they go first
         self.working: set[int] = set()  # sequences inside a generation
         self.urgent: set[int] = set()  # ... of which urgent (working(urgent=True))
         self.last_rows: dict[int, int] = {}  # rows each sequence had in the last decode
@@ -105,7 +106,7 @@ class Batcher:
         return self._others_s < OTHERS_SHARE * (now - self._urgent_since)
 
     def _ready(self, now: float) -> bool:
-        if not self._pending or self._busy:
+        if not self._pending or self._busy or self._edits_waiting:
             return False
         eligible = [p for p in self._pending if self._eligible(p, now)]
         if not eligible:
@@ -116,7 +117,7 @@ class Batcher:
 
     def _next_check(self, now: float) -> float | None:
         """Seconds until a pending part may become ready to go (None: only when told)."""
-        if not self._pending or self._busy:
+        if not self._pending or self._busy or self._edits_waiting:
             return None
         times = [p.since + self.window for p in self._pending if self._eligible(p, now)]
         if len(times) < len(self._pending) and OTHERS_SHARE > 0:  # some wait for their share
@@ -213,8 +214,14 @@ class Batcher:
     def exclusive(self) -> Iterator[None]:
         """Hold the context alone (no decode runs meanwhile): for KV cache edits."""
         with self._cv:
-            while self._busy and self._failed is None:
-                self._cv.wait()
+            # a waiting edit goes before the next decode: a sequence that decodes
+            # back to back (an urgent one) would otherwise win the lock every time
+            self._edits_waiting += 1
+            try:
+                while self._busy and self._failed is None:
+                    self._cv.wait()
+            finally:
+                self._edits_waiting -= 1
             if self._failed is not None:
                 raise self._failed
             self._busy = True
