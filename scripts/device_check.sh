@@ -5,12 +5,12 @@
 #   1. installs the carried wheels (.whl/) into $WORK/pysite and builds llama-cpp-python
 #      from the carried, trimmed sdist (.device-src/) with -DGGML_CUDA=on
 #      -DCMAKE_CUDA_ARCHITECTURES=native, 16 jobs, no tests/tools/examples/llava;
-#   2. writes the synthetic models (scripts/make_test_models.py) and a memory-bound
-#      3.7 GB Q8_0 pair (scripts/device/big_model.py) under $WORK, never carried;
-#   3. runs scripts/device/checks.py with every layer offloaded (--gpu-layers 99):
+#   2. writes the synthetic models (tests/make_test_models.py) and a memory-bound
+#      3.7 GB Q8_0 pair (benchmarks/device/big_model.py) under $WORK, never carried;
+#   3. runs benchmarks/device/checks.py with every layer offloaded (--gpu-layers 99):
 #      greedy speculative == plain, the chi-square sampling test, batch-vs-single
 #      logits, the verify cost curve k = 1..48, plain-vs-speculative timings and the
-#      kernel-setting variants; then scripts/kernel_check.py, when it takes --gpu-layers;
+#      kernel-setting variants; then benchmarks/kernel_check.py, when it takes --gpu-layers;
 #   4. writes into $OUT (at most 8 files): log.txt, setup.json, exactness.json,
 #      costs.json, variants.json, summary.json, kernel_check.txt.
 # Each step has a time cap inside DEVICE_CHECK_BUDGET_S (default 560 s), so the
@@ -18,7 +18,7 @@
 # JSON file is written as soon as its part is done.
 #
 # HERE, first (writes the git-ignored .whl/ and .device-src/, about 4 MB):
-#   bash scripts/device/prepare.sh
+#   bash benchmarks/device/prepare.sh
 # Then the device tool's run, with these arguments:
 #   command:   bash scripts/device_check.sh
 #   carry:     [".whl", ".device-src"]
@@ -159,20 +159,20 @@ build_llama() {
 }
 
 write_models() {
-  [ -f "$MODELS/draft_noisy.gguf" ] || "$PY" scripts/make_test_models.py "$MODELS" || return 1
+  [ -f "$MODELS/draft_noisy.gguf" ] || "$PY" tests/make_test_models.py "$MODELS" || return 1
   [ -f "$MODELS/big_draft.gguf" ] ||
-    "$PY" scripts/device/big_model.py "$MODELS" $BIG_SHAPE || return 1  # (split)
+    "$PY" benchmarks/device/big_model.py "$MODELS" $BIG_SHAPE || return 1  # (split)
   ls -la "$MODELS"
 }
 
 kernel_check() {
   set -o pipefail
-  if ! "$PY" scripts/kernel_check.py --help | grep -q -- --gpu-layers; then
-    echo "scripts/kernel_check.py takes no --gpu-layers: not run (checks.py measures the same)" \
+  if ! "$PY" benchmarks/kernel_check.py --help | grep -q -- --gpu-layers; then
+    echo "benchmarks/kernel_check.py takes no --gpu-layers: not run (checks.py measures the same)" \
       | tee "$OUT/kernel_check.txt"
     return 0
   fi
-  "$PY" scripts/kernel_check.py --model "$MODELS/big_target.gguf" --threads 1 \
+  "$PY" benchmarks/kernel_check.py --model "$MODELS/big_target.gguf" --threads 1 \
     --gpu-layers "$GPU_LAYERS" 2>&1 | tee "$OUT/kernel_check.txt"
 }
 
@@ -256,7 +256,7 @@ if [ "${STEP_RC[build]}" = 0 ]; then
   export PYTHONPATH="$WORK/site:$PYTHONPATH"
   export EDGESPEC_CACHE_DIR="$WORK/cache"
   if step models 90 write_models; then
-    step checks 400 "$PY" scripts/device/checks.py --models "$MODELS" --out "$OUT" \
+    step checks 400 "$PY" benchmarks/device/checks.py --models "$MODELS" --out "$OUT" \
       --gpu-layers "$GPU_LAYERS"
     step kernel_check 60 kernel_check
   fi

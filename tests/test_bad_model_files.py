@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _make_test_models():
     spec = importlib.util.spec_from_file_location(
-        "make_test_models", ROOT / "scripts" / "make_test_models.py"
+        "make_test_models", ROOT / "tests" / "make_test_models.py"
     )
     module = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("make_test_models", module)  # dataclasses look their module up there

@@ -1,4 +1,4 @@
-"""The benchmark corpus: scripts/make_corpus.py's output, the split, the distribution
+"""The benchmark corpus: benchmarks/make_corpus.py's output, the split, the distribution
 statistics on hand-made numbers, and ``edgespec bench --corpus`` end to end on the
 synthetic models (nothing here asserts on timings)."""
 
@@ -36,7 +36,7 @@ LICENSES = Path("/usr/share/common-licenses")
 @pytest.fixture(scope="module")
 def make_corpus():
     spec = importlib.util.spec_from_file_location(
-        "make_corpus", ROOT / "scripts" / "make_corpus.py"
+        "make_corpus", ROOT / "benchmarks" / "make_corpus.py"
     )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -1,7 +1,7 @@
 """scripts/device_check.sh's parts that run without a GPU, run here for real.
 
 The device machine (docs/gpu.md) builds llama-cpp-python from a trimmed sdist and
-runs scripts/device/checks.py with every layer offloaded; here the same checks run
+runs benchmarks/device/checks.py with every layer offloaded; here the same checks run
 with 0 GPU layers on the synthetic models, and the trimming and the shell script's
 cuBLAS lookup on small fake trees.
 """
@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-DEVICE = ROOT / "scripts" / "device"
+DEVICE = ROOT / "benchmarks" / "device"
 SCRIPT = ROOT / "scripts" / "device_check.sh"
 LIMIT_BYTES = 64 << 20  # what the device tool carries, working tree included
 

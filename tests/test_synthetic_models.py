@@ -1,4 +1,4 @@
-"""Checks on the synthetic GGUF test models written by scripts/make_test_models.py."""
+"""Checks on the synthetic GGUF test models written by tests/make_test_models.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from types import ModuleType
 import pytest
 from gguf import GGUFReader
 
-SCRIPT = pathlib.Path(__file__).resolve().parent.parent / "scripts" / "make_test_models.py"
+SCRIPT = pathlib.Path(__file__).resolve().parent / "make_test_models.py"
 NAMES = [
     "target",
     "draft_same",

@@ -6,7 +6,7 @@ vocabulary models, docs, web UI, tests and the sources of backends other than
 CPU and CUDA; a build with ``LLAVA_BUILD=off`` and llama.cpp's tests, tools and
 examples off reads none of them. This writes the rest as one ``.tar.gz``::
 
-    python scripts/device/trim_sdist.py llama_cpp_python-0.3.36.tar.gz OUT.tar.gz
+    python benchmarks/device/trim_sdist.py llama_cpp_python-0.3.36.tar.gz OUT.tar.gz
 
 (the source may also be an unpacked sdist folder). The archive's top folder is the
 sdist's own (``llama_cpp_python-0.3.36/``), with its ``PKG-INFO``, so pip builds it

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python scripts/make_test_models.py OUT_DIR
+    python tests/make_test_models.py OUT_DIR
 
 All models use the ``llama`` architecture (2 layers, 64-wide, random F32
 weights from fixed seeds) and a small SentencePiece-style vocabulary with

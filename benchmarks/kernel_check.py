@@ -8,7 +8,7 @@ tokens both ways at two context depths and prints the largest logit difference,
 then the cost of a k-token batch relative to one token (median thread CPU time
 with one thread, so a busy machine disturbs it less than wall time).
 
-    .venv/bin/python scripts/kernel_check.py --model gemma-3-270m --threads 2
+    .venv/bin/python benchmarks/kernel_check.py --model gemma-3-270m --threads 2
 """
 
 from __future__ import annotations

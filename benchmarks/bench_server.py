@@ -15,7 +15,7 @@ Starts real ``edgespec serve`` processes on free loopback ports and talks HTTP t
    speculation (ratios taken close in time are steadier on a busy machine).
    Greedy outputs must be equal.
 
-    .venv/bin/python scripts/bench_server.py --target gemma-3-270m --reps 5 \
+    .venv/bin/python benchmarks/bench_server.py --target gemma-3-270m --reps 5 \
         --spec auto --spec ngram:8
 """
 

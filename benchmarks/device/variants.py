@@ -162,5 +162,5 @@ if __name__ == "__main__":
         result = child(json.loads(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4]))
         print(json.dumps(result))
         sys.exit(0)
-    print("variants.py is run by scripts/device/checks.py", file=sys.stderr)
+    print("variants.py is run by benchmarks/device/checks.py", file=sys.stderr)
     sys.exit(2)

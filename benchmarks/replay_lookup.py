@@ -31,8 +31,8 @@ machine, so ratios are verify-cost ratios: prompt processing and Python overhead
 left out. Runs each workload's plain decode once (greedy outputs are cached under
 build/replay/), then replays; sampled workloads are skipped.
 
-    .venv/bin/python scripts/replay_lookup.py --corpus build/corpus --split tuning
-    .venv/bin/python scripts/replay_lookup.py --sweep --curve-from docs/bench/X.json
+    .venv/bin/python benchmarks/replay_lookup.py --corpus build/corpus --split tuning
+    .venv/bin/python benchmarks/replay_lookup.py --sweep --curve-from docs/bench/X.json
 """
 
 from __future__ import annotations
@@ -48,11 +48,11 @@ from pathlib import Path
 
 import numpy as np
 
-from edgespec.adaptive import AdaptiveGamma
+from edgespec.policy.adaptive import AdaptiveGamma
 from edgespec.backend import LlamaModel
 from edgespec.bench.corpus import load_corpus
 from edgespec.bench.runner import render_workload
-from edgespec.costs import CostCurve, load_or_measure
+from edgespec.policy.costs import CostCurve, load_or_measure
 from edgespec.drafting.base import Draft
 from edgespec.drafting.ngram import NgramDrafter
 from edgespec.engine import generate
@@ -289,8 +289,8 @@ SWEEP = {
 
 def sweep(records: dict[str, dict], curve: CostCurve) -> None:
     """Median and worst replayed speed-up of the shipped drafter as each constant varies."""
-    import edgespec.acceptance as acceptance
-    import edgespec.adaptive as adaptive
+    import edgespec.policy.acceptance as acceptance
+    import edgespec.policy.adaptive as adaptive
     import edgespec.drafting.ngram as ngram
 
     modules = {"acceptance": acceptance, "adaptive": adaptive, "ngram": ngram}

@@ -4,7 +4,7 @@
 14336-wide FFN) with Q8_0 weights: 16 layers are about 3.7 GB, which an H200
 streams in about a millisecond per token, far above its kernel-launch overhead.
 Weights are random (costs do not depend on their values); the vocabulary is
-scripts/make_test_models.py's, so its tiny models draft for this one too.
+tests/make_test_models.py's, so its tiny models draft for this one too.
 
 ``big_draft`` is ``big_target`` cut to its first ``DRAFT_LAYERS`` layers, with the
 same embeddings and output head. The blocks write into the residual stream with
@@ -12,7 +12,7 @@ gain ``RESIDUAL_GAIN``, so the first layer already predicts much of what all of
 them do: a draft that agrees with the target part of the time, at a fraction of
 its cost, as a real small model of the same family would.
 
-    python scripts/device/big_model.py OUT_DIR [--layers 16] [--embd 4096] [--ff 14336]
+    python benchmarks/device/big_model.py OUT_DIR [--layers 16] [--embd 4096] [--ff 14336]
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ class Shape:
 
 @functools.cache
 def _test_models():
-    """scripts/make_test_models.py as a module (for its vocabulary)."""
-    path = pathlib.Path(__file__).resolve().parent.parent / "make_test_models.py"
+    """tests/make_test_models.py as a module (for its vocabulary)."""
+    path = pathlib.Path(__file__).resolve().parents[2] / "tests" / "make_test_models.py"
     spec = importlib.util.spec_from_file_location("make_test_models", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

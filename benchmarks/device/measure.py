@@ -1,4 +1,4 @@
-"""The measurements of scripts/device/checks.py, each on loaded edgespec models.
+"""The measurements of benchmarks/device/checks.py, each on loaded edgespec models.
 
 Every function returns plain JSON-ready dicts. Nothing here knows about GPUs: the
 caller loads the models with the offload it wants (``n_gpu_layers``).

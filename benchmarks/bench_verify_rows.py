@@ -2,8 +2,8 @@
 """What a k-row decode costs at depth, with logits for every row (a verify) and for
 the last only (a prompt chunk): the price of each drafted token.
 
-    .venv/bin/python scripts/bench_verify_rows.py --model gemma-3-270m --threads 2 --depth 900
-    EDGESPEC_FAST_KERNELS=1 .venv/bin/python scripts/bench_verify_rows.py   # llama.cpp kernels
+    .venv/bin/python benchmarks/bench_verify_rows.py --model gemma-3-270m --threads 2 --depth 900
+    EDGESPEC_FAST_KERNELS=1 .venv/bin/python benchmarks/bench_verify_rows.py   # llama.cpp kernels
 
 Each size is decoded 7 times after the same random depth-token context and rolled
 back; the median wall time is printed.

@@ -9,7 +9,7 @@ k-row decode and k one-token decodes (k = 2, 4, 8 at depths 100, 700, 1,500; 0.0
 what greedy exactness needs) and the median one-token decode time.
 
     for v in default f16_fa_off bf16_fa_off f16_fa_auto; do
-        .venv/bin/python scripts/attention_check.py $v; done
+        .venv/bin/python benchmarks/attention_check.py $v; done
 """
 
 from __future__ import annotations

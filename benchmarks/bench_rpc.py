@@ -9,7 +9,7 @@ cost curve anew (gamma auto plans with what a pass costs at that D; the cache ke
 names the endpoints, not the delay, so each D is measured, not reused) and runs
 plain and each configuration, alternating their order every repetition; medians.
 
-    .venv/bin/python scripts/bench_rpc.py --json docs/bench/rpc-sweep.json \
+    .venv/bin/python benchmarks/bench_rpc.py --json docs/bench/rpc-sweep.json \
         --chart docs/bench/rpc-sweep.png
 
 Drafters: the n-gram lookup; a requantized same-vocabulary draft of the target
@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # curves of this run only: the endpoints are this run's ports
     os.environ["EDGESPEC_CACHE_DIR"] = tempfile.mkdtemp(prefix="edgespec-bench-rpc-")
-    from edgespec import costs
+    from edgespec.policy import costs
     from edgespec.bench.latency_proxy import LatencyProxy
     from edgespec.bench.runner import render_workload
     from edgespec.bench.workloads import builtin_workloads

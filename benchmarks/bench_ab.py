@@ -8,7 +8,7 @@ tree in turn (A B, B A, A B, ...), each run timing plain and auto in one process
 each text's auto / plain is a ratio taken minutes apart in both arms, and prints per
 text the median ratio of each arm and their quotient.
 
-    .venv/bin/python scripts/bench_ab.py --before 7473a76~1 --pairs 3 \\
+    .venv/bin/python benchmarks/bench_ab.py --before 7473a76~1 --pairs 3 \\
         --texts code-calendar,summarise-man-find,edit-gettext --json ab.json
 
 The earlier commit is checked out with `git worktree` under /tmp and run with this

@@ -1,4 +1,4 @@
-"""The report of scripts/bench_parallel.py: each goal's figure, and the table it prints."""
+"""The report of benchmarks/bench_parallel.py: each goal's figure, and the table it prints."""
 
 from __future__ import annotations
 

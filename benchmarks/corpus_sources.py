@@ -1,4 +1,4 @@
-"""Where scripts/make_corpus.py's texts come from: the Python standard library's
+"""Where benchmarks/make_corpus.py's texts come from: the Python standard library's
 sources, the licence texts and copyright files Debian ships, and section-1 man pages
 (troff turned into rough plain text); and how a passage is cut from them. Sources are
 tried in a fixed order and a missing one is skipped, so one machine gives one corpus."""

@@ -1,7 +1,7 @@
 """Time to first token from process start on an empty calibration cache, auto vs plain.
 
-    .venv/bin/python scripts/bench_first_token.py generate 6
-    .venv/bin/python scripts/bench_first_token.py serve 4
+    .venv/bin/python benchmarks/bench_first_token.py generate 6
+    .venv/bin/python benchmarks/bench_first_token.py serve 4
 
 generate: `edgespec generate --prompt PROMPT --max-tokens 8` (gamma auto, the default
 drafter) against the same with --plain; the first byte on stdout is the first token.

@@ -3,7 +3,7 @@
 
 Usage::
 
-    .venv/bin/python scripts/make_corpus.py [OUT_DIR] [--per-kind N]
+    .venv/bin/python benchmarks/make_corpus.py [OUT_DIR] [--per-kind N]
 
 OUT_DIR (default ``build/corpus``, git-ignored) gets one TOML workload per text,
 in ``OUT_DIR/tuning/`` or ``OUT_DIR/validation/`` by a hash of its name

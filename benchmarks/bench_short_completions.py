@@ -7,7 +7,7 @@ This replays that: completions cut after the docstrings of edgespec's own functi
 greedy, n-gram drafting, each decoded three ways in one process (plain, a fresh
 policy per request, one policy for all), and prints decode time ratios to plain.
 
-    .venv/bin/python scripts/bench_short_completions.py --threads 2 --reps 2
+    .venv/bin/python benchmarks/bench_short_completions.py --threads 2 --reps 2
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ Arms alternate A B A B; per workload the medians of decode tok/s (generated toke
 over decode time, prompt processing left out) are printed with their ratio. Greedy
 outputs are checked to be the same in both arms.
 
-    .venv/bin/python scripts/bench_history.py --threads 2 --reps 2
+    .venv/bin/python benchmarks/bench_history.py --threads 2 --reps 2
 """
 
 from __future__ import annotations

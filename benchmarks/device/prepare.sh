@@ -7,14 +7,14 @@
 #                gguf (model writing), diskcache (llama-cpp-python's dependency),
 #                scikit-build-core (llama-cpp-python's build backend, pinned here)
 #   .device-src/ llama-cpp-python's sdist trimmed to what its CUDA build reads
-#                (scripts/device/trim_sdist.py: 77 MB -> about 3.5 MB)
+#                (benchmarks/device/trim_sdist.py: 77 MB -> about 3.5 MB)
 #
 # Both are added to .git/info/exclude (never committed). Prints their sizes; fails
 # if the two together pass DEVICE_CARRY_LIMIT_MB (default 48: the device tool takes
 # 64 MiB of working tree and carried files in all).
 #
-#   bash scripts/device/prepare.sh            # sdist from /tmp/llsrc or pip download
-#   SDIST=path/to/llama_cpp_python-0.3.36.tar.gz bash scripts/device/prepare.sh
+#   bash benchmarks/device/prepare.sh            # sdist from /tmp/llsrc or pip download
+#   SDIST=path/to/llama_cpp_python-0.3.36.tar.gz bash benchmarks/device/prepare.sh
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
@@ -51,7 +51,7 @@ if [ ! -f "$sdist" ]; then
 fi
 mkdir -p .device-src
 rm -f .device-src/*.tar.gz
-"$PY" scripts/device/trim_sdist.py "$sdist" ".device-src/llama_cpp_python-$LLAMA_VERSION.tar.gz"
+"$PY" benchmarks/device/trim_sdist.py "$sdist" ".device-src/llama_cpp_python-$LLAMA_VERSION.tar.gz"
 
 whl_kb="$(du -sk .whl | cut -f1)"
 src_kb="$(du -sk .device-src | cut -f1)"

@@ -1,16 +1,16 @@
 """scripts/device_check.sh's checks: exactness, costs and kernel variants, as JSON.
 
-    python3 scripts/device/checks.py --models DIR --out DIR [--gpu-layers 99] [--quick]
+    python3 benchmarks/device/checks.py --models DIR --out DIR [--gpu-layers 99] [--quick]
 
-DIR holds scripts/make_test_models.py's models (``target``, ``draft_*``) and,
-optionally, scripts/device/big_model.py's ``big_target`` and ``big_draft``. Writes,
+DIR holds tests/make_test_models.py's models (``target``, ``draft_*``) and,
+optionally, benchmarks/device/big_model.py's ``big_target`` and ``big_draft``. Writes,
 each as soon as its part is done (so a run cut short still leaves what it measured):
 
 * ``exactness.json``: greedy speculative == plain (tiny pair and big pair), the
   batch-vs-single logit differences, and the chi-square sampling test;
 * ``costs.json``: the verify cost curve k = 1..48 of each target and a timed
   plain-vs-speculative run of each pair;
-* ``variants.json``: scripts/device/variants.py's settings, which give
+* ``variants.json``: benchmarks/device/variants.py's settings, which give
   bit-identical logits and at what cost;
 * ``summary.json``: the goals (met or not), each part's seconds and any errors.
 
@@ -121,7 +121,7 @@ class Checks:
             return measure.plain_vs_speculative(t, d, gammas, max_tokens=tokens)
 
     def kernel_variants(self) -> dict:
-        """scripts/device/variants.py over the tiny and (if written) the big target."""
+        """benchmarks/device/variants.py over the tiny and (if written) the big target."""
         paths = {"target": self.models / "target.gguf"}
         if self.has_big:
             paths["big_target"] = self.models / "big_target.gguf"

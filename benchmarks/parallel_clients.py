@@ -1,4 +1,4 @@
-"""Plumbing of scripts/bench_parallel.py: servers started with their stderr drained,
+"""Plumbing of benchmarks/bench_parallel.py: servers started with their stderr drained,
 one request timed from a real HTTP client, and the machine's state (RSS, load)."""
 
 from __future__ import annotations
