@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .adaptive import AdaptiveGamma
+from .policy.adaptive import AdaptiveGamma
 from .backend import LlamaModel
 from .detok import Detokenizer
 from .drafting import CompositeDrafter, Draft, Drafter, KeepDrafting
@@ -393,8 +393,8 @@ def make_policy(target: LlamaModel, drafter: Drafter, *, calibrate: bool = False
     (two sizes, well under a second). calibrate: measure the target's curve in full
     now if it is not cached (a benchmark's warm-up: nothing measured while timed).
     """
-    from .costs import load_or_measure
-    from .gap_calibration import policy_curve
+    from .policy.costs import load_or_measure
+    from .policy.gap_calibration import policy_curve
 
     if calibrate:
         load_or_measure(target)

@@ -12,3 +12,22 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     while n < limit and a[n] == b[n]:
         n += 1
     return n
+
+
+class ReusesPrefix:
+    """``reuse_prefix`` for anything with a token list it can truncate
+    (a model's own sequence, or one sequence of a shared context)."""
+
+    tokens: list[int]
+
+    def truncate(self, n: int) -> None:  # pragma: no cover (each class has its own)
+        raise NotImplementedError
+
+    def reuse_prefix(self, tokens: Sequence[int]) -> int:
+        """Keep the longest common prefix of the cache and ``tokens``; return its length.
+
+        At least one token is left to decode, since the caller needs its logits.
+        """
+        n = common_prefix(self.tokens, tokens[: len(tokens) - 1])  # one left to decode
+        self.truncate(n)
+        return n

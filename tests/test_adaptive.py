@@ -7,10 +7,10 @@ import math
 
 import pytest
 
-from edgespec import adaptive, costs, gap_calibration
-from edgespec.adaptive import FIRST_PROBE_AFTER, AdaptiveGamma
+from edgespec.policy import adaptive, costs, gap_calibration
+from edgespec.policy.adaptive import FIRST_PROBE_AFTER, AdaptiveGamma
 from edgespec.backend import LlamaModel
-from edgespec.costs import CostCurve, load_or_measure
+from edgespec.policy.costs import CostCurve, load_or_measure
 from edgespec.drafting import CompositeDrafter, ModelDrafter
 from edgespec.drafting.ngram import NgramDrafter
 from edgespec.engine import generate, resolve_gamma

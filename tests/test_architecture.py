@@ -12,8 +12,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # the installed name of each top-level folder
 PACKAGES = {"edgespec": "edgespec", "tui": "edgespec_tui"}
 # the speculative core: free of UI, of the CLI, the server, the benchmark and the model store
-CORE = ("edgespec.engine", "edgespec.verify", "edgespec.sampling", "edgespec.adaptive")
-CORE_PACKAGES = ("edgespec.drafting",)
+CORE = ("edgespec.engine", "edgespec.verify", "edgespec.sampling")
+CORE_PACKAGES = ("edgespec.drafting", "edgespec.policy")
 ABOVE_CORE = (
     "edgespec.cli",
     "edgespec.commands",
@@ -121,7 +121,7 @@ def test_the_core_imports_nothing_above_it() -> None:
 def test_one_module_touches_llama_cpp() -> None:
     # edgespec.backend.bindings is the one seam to llama-cpp-python; the rest of the
     # backend reaches llama.cpp through it, everything else through edgespec.backend
-    files = [*MODULES.values(), *sorted((ROOT / "scripts").glob("*.py"))]
+    files = [*MODULES.values(), *sorted((ROOT / "benchmarks").rglob("*.py"))]
     touching = set()
     for path in files:
         for module in _imported(path.stem, path):

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from edgespec import costs
-from edgespec.costs import CostCurve, load_or_measure, machine_key
+from edgespec.policy import costs
+from edgespec.policy.costs import CostCurve, load_or_measure, machine_key
 
 MAX_K = 4
 DEEP = 100_000

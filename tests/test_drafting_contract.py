@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 import edgespec.drafting
-from edgespec.adaptive import AdaptiveGamma
+from edgespec.policy.adaptive import AdaptiveGamma
 from edgespec.backend import LlamaModel
-from edgespec.costs import CostCurve
+from edgespec.policy.costs import CostCurve
 from edgespec.drafting import CompositeDrafter, Draft, Drafter, ModelDrafter, build_drafter
 from edgespec.drafting.build import DraftSpec, parse_draft_spec
 from edgespec.drafting.crossvocab import CrossVocabDrafter

@@ -273,7 +273,7 @@ def test_seed_makes_sampling_reproducible(models) -> None:
 def test_drafts_longer_than_the_batch_are_cut_to_one_decode(
     synthetic_models, gamma, monkeypatch
 ) -> None:
-    from edgespec import adaptive
+    from edgespec.policy import adaptive
 
     # (auto: the curve measured between rounds whatever earlier tests' timings price its
     # batches at; this test is about the cut, not about the measuring budget)
@@ -322,9 +322,9 @@ class _ScriptedTarget:
 def test_a_lookup_scored_in_plain_rounds_moves_on_when_the_model_stands_in(monkeypatch) -> None:
     # composite drafter: when the lookup had nothing, its model stood in and the earlier
     # proposal being scored a token a round stood still: a hit was then scored a miss
-    from edgespec.acceptance import AcceptanceEstimate
-    from edgespec.adaptive import AdaptiveGamma
-    from edgespec.costs import CostCurve
+    from edgespec.policy.acceptance import AcceptanceEstimate
+    from edgespec.policy.adaptive import AdaptiveGamma
+    from edgespec.policy.costs import CostCurve
     from edgespec.drafting import CompositeDrafter, Draft
 
     class StandIn:  # a model drafter with nothing to propose (its model is not needed)

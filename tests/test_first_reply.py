@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from edgespec import adaptive, costs, gap_calibration
+from edgespec.policy import adaptive, costs, gap_calibration
 from edgespec.backend import LlamaModel
 from edgespec.completion.session import CompletionSession
 from edgespec.drafting.ngram import NgramDrafter

@@ -202,8 +202,8 @@ def test_draft_model_proposes_within_the_grammar(models, sp: SamplingParams) -> 
 
 
 def test_adaptive_gamma_with_a_lookup_first(models) -> None:
-    from edgespec.adaptive import AdaptiveGamma
-    from edgespec.costs import CostCurve
+    from edgespec.policy.adaptive import AdaptiveGamma
+    from edgespec.policy.costs import CostCurve
 
     target, draft = models
     grammar = Grammar.from_json_schema(SCHEMA)

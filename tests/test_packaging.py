@@ -33,7 +33,7 @@ def test_every_package_folder_is_listed() -> None:
     for package in listed:
         assert (_source_dir(package) / "__init__.py").is_file(), package
     sources = {_source_dir(p).resolve() for p in listed}
-    for top in ("edgespec", "tui", "models"):
+    for top in ("edgespec", "tui"):
         for init in (ROOT / top).rglob("__init__.py"):
             assert init.parent.resolve() in sources, f"{init.parent} is not in pyproject's packages"
 
@@ -47,5 +47,5 @@ def test_package_data_exists() -> None:
 def test_the_catalog_and_styles_load_as_installed() -> None:
     from importlib.resources import files
 
-    assert files("edgespec.models").joinpath("catalog.toml").is_file()
+    assert files("edgespec.modelstore").joinpath("catalog.toml").is_file()
     assert files("edgespec_tui").joinpath("edgespec.tcss").is_file()

@@ -18,9 +18,9 @@ import time
 import numpy as np
 import pytest
 
-from edgespec import adaptive
+from edgespec.policy import adaptive
 from edgespec.backend import LlamaModel
-from edgespec.costs import load_or_measure
+from edgespec.policy.costs import load_or_measure
 from edgespec.drafting import ModelDrafter
 from edgespec.drafting.build import fork_drafter
 from edgespec.drafting.ngram import NgramDrafter

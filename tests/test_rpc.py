@@ -353,7 +353,7 @@ def test_the_cost_curve_key_includes_the_workers(models) -> None:
     """A curve measured through workers is not reused locally, nor through others."""
     from types import SimpleNamespace
 
-    from edgespec.costs import machine_key
+    from edgespec.policy.costs import machine_key
 
     m, proxies = models
     remote, local = m["remote"], m["local"]

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from edgespec.adaptive import AdaptiveGamma
+from edgespec.policy.adaptive import AdaptiveGamma
 from edgespec.backend import LlamaModel
-from edgespec.costs import CostCurve
+from edgespec.policy.costs import CostCurve
 from edgespec.drafting import ModelDrafter
 from edgespec.engine import generate
 from edgespec.sampling import SamplingParams, process_logits

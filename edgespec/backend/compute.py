@@ -6,7 +6,7 @@ threads than it has cores, libgomp stops spinning at barriers and sleeps on a
 futex at each one (its "throttled" spin count; no environment variable lifts it),
 and a graph has hundreds of barriers. A parallel server whose four slot threads had
 each led a decode then decoded one token in 28 ms instead of 17
-(scripts/omp_teams.py; docs/benchmarks.md, "One compute thread"). So every
+(docs/history.md, "One compute thread"). So every
 ``llama_decode`` of the local contexts goes through one long-lived thread, as
 llama-server runs all its slots from one loop: one team, whatever thread asks.
 

@@ -8,7 +8,7 @@ token over an F16 KV cache of 512+ cells, flash attention split across threads.
 Each rounds differently (logits off by up to ~1.5 on Gemma 3 270M). We turn off
 the first two and keep the KV cache in BF16, which the split path does not take;
 BF16 is the models' training precision, with F16's footprint. The cost is within
-the noise here (scripts/kernel_check.py). EDGESPEC_FAST_KERNELS=1 restores
+the noise here (benchmarks/kernel_check.py). EDGESPEC_FAST_KERNELS=1 restores
 llama.cpp's defaults, for speed over bit-exactness.
 """
 

@@ -12,20 +12,20 @@ import contextlib
 import ctypes
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import BackendError, ModelLoadError, RpcWorkerLost
 from ..files import check_regular_file
-from ..prefix import common_prefix
+from ..prefix import ReusesPrefix
 from .bindings import ll
 from .compute import ComputeThread, local_compute
 from .gbnf import GrammarMatcher, compile_grammar
 from .kernels import FAST_KERNELS, default_threads
 from .log import _failure_reason, _log_tail
 from .rows import decode_rows
+from .vocab import FimTokens, VocabInfo
 from .rpc import rpc_devices, rpc_worker_lost
 from .rpc_watch import DEFAULT_RPC_TIMEOUT_S, check_rpc_timeout, watched
 
@@ -34,35 +34,6 @@ MAX_SEQ = 64  # sequences one context may hold (llama.cpp's LLAMA_MAX_SEQ is 256
 DEFAULT_BATCH = 512
 GGUF_MAGIC = b"GGUF"
 GGML_TYPE_BF16 = 30
-
-
-@dataclass(frozen=True)
-class VocabInfo:
-    """What the draft/target compatibility rule compares."""
-
-    vocab_type: int
-    n_vocab: int
-    add_bos: bool
-    bos: int
-    add_eos: bool
-    eos: int
-
-
-@dataclass(frozen=True)
-class FimTokens:
-    """Fill-in-the-middle token ids from the GGUF vocabulary; None where the model has none."""
-
-    pre: int | None = None
-    suf: int | None = None
-    mid: int | None = None
-    pad: int | None = None
-    rep: int | None = None
-    sep: int | None = None
-
-    @property
-    def usable(self) -> bool:
-        """True when prefix, suffix and middle tokens all exist (FIM prompts possible)."""
-        return None not in (self.pre, self.suf, self.mid)
 
 
 def check_gguf_file(path: Path) -> None:
@@ -77,7 +48,7 @@ def check_gguf_file(path: Path) -> None:
         raise ModelLoadError(f"not a GGUF file (bad magic {magic!r}): {path}")
 
 
-class LlamaModel:
+class LlamaModel(ReusesPrefix):
     """A GGUF model with one llama.cpp context and a tracked KV cache.
 
     Args:
@@ -380,15 +351,6 @@ class LlamaModel:
         with watched(self.rpc, self.rpc_timeout):  # (clears the workers' buffers too)
             ll.llama_memory_clear(self._mem, True)
         self.tokens.clear()
-
-    def reuse_prefix(self, tokens: Sequence[int]) -> int:
-        """Keep the longest common prefix of the cache and ``tokens``; return its length.
-
-        At least one token is left to decode, since the caller needs its logits.
-        """
-        n = common_prefix(self.tokens, tokens[: len(tokens) - 1])  # one left to decode
-        self.truncate(n)
-        return n
 
     def close(self) -> None:
         """Free the context and the model (idempotent).

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import BackendError, RpcWorkerLost
-from ..prefix import common_prefix
+from ..prefix import ReusesPrefix
 from .bindings import ll
 from .rows import decode_rows
 from .rpc import on_rpc_worker_lost
@@ -263,7 +263,7 @@ def batcher_of(model: LlamaModel) -> Batcher:
     return batcher
 
 
-class SequenceView:
+class SequenceView(ReusesPrefix):
     """One sequence of a multi-sequence LlamaModel, usable wherever a LlamaModel is.
 
     It tracks its own tokens and KV cells (positions 0..n-1 of its sequence id);
@@ -373,16 +373,6 @@ class SequenceView:
         with self.batcher.exclusive():
             ll.llama_memory_seq_rm(self.model._mem, self.seq_id, -1, -1)
         self.tokens.clear()
-
-    def reuse_prefix(self, tokens: Sequence[int]) -> int:
-        """As LlamaModel.reuse_prefix, for this sequence."""
-        n = common_prefix(self.tokens, tokens[: len(tokens) - 1])
-        self.truncate(n)
-        return n
-
-    def common_prefix(self, tokens: Sequence[int]) -> int:
-        """Tokens this sequence's cache shares with the start of ``tokens``."""
-        return common_prefix(self.tokens, tokens)
 
     def _resync(self) -> None:
         # called by a leader, holding the context: drop cells past what we track

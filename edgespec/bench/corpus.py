@@ -1,6 +1,6 @@
 """A corpus of workloads and the distribution of speed-ups over it.
 
-A corpus is a folder of workload files (``scripts/make_corpus.py`` writes one from
+A corpus is a folder of workload files (``benchmarks/make_corpus.py`` writes one from
 text every Debian machine with Python has), each with a ``kind`` (edit, quote,
 summarise, code, revise, write). Every workload belongs to the tuning or the
 validation half by a hash of its name (``split_of``), so the split is fixed

@@ -61,7 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=Path,
         default=None,
         metavar="DIR",
-        help="run every workload (*.toml) in DIR, as scripts/make_corpus.py writes it, and "
+        help="run every workload (*.toml) in DIR, as benchmarks/make_corpus.py writes it, and "
         "report the distributions of the speed-ups per kind (instead of --workloads)",
     )
     p.add_argument(

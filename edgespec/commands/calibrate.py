@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..costs import (
+from ..policy.costs import (
     ORIGIN_PENDING,
     ORIGIN_UNWRITABLE,
     calibration_file,
@@ -13,7 +13,7 @@ from ..costs import (
     load_or_measure,
 )
 from ..loading import load_pair
-from .options import add_model_options
+from .options import add_model_options, load_options
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,16 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the target's verify-cost curve and the draft model's step cost."""
-    target, drafter = load_pair(
-        args.target,
-        args.draft,
-        n_ctx=args.ctx,
-        n_threads=args.threads,
-        gpu_layers=args.gpu_layers,
-        draft_gpu_layers=args.draft_gpu_layers,
-        rpc=args.rpc,
-        rpc_timeout=args.rpc_timeout,
-    )
+    target, drafter = load_pair(args.target, args.draft, **load_options(args))
     curves = {"target": load_or_measure(target, refresh=args.refresh)}
     draft_model = drafter.model if drafter is not None else None
     if draft_model is not None:

@@ -23,6 +23,7 @@ from .options import (
     add_model_options,
     add_sampling_options,
     cli_type,
+    load_options,
     sampling_from_args,
 )
 
@@ -71,15 +72,7 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, UnicodeDecodeError) as e:
         raise InvalidParameterError(f"cannot read {args.file}: {e}") from None
     prefix, suffix = split_at_cursor(text, args.line, args.col)
-    session = load_session(
-        args.target,
-        args.draft,
-        gamma=args.gamma,
-        n_ctx=args.ctx,
-        n_threads=args.threads,
-        gpu_layers=args.gpu_layers,
-        draft_gpu_layers=args.draft_gpu_layers,
-    )
+    session = load_session(args.target, args.draft, gamma=args.gamma, **load_options(args))
     fp = session.fim_prompt(prefix, suffix, max_tokens=args.max_tokens)
     if not fp.fim:
         print(

@@ -12,9 +12,9 @@ from ..chat_template import ChatFormat
 from ..engine import stream_generate
 from ..errors import InvalidParameterError
 from ..events import DoneEvent, TokenEvent, TokenKind
-from ..gap_calibration import calibration_note, calibration_progress
+from ..policy.gap_calibration import calibration_note, calibration_progress
 from ..loading import load_pair
-from .options import add_model_options, add_sampling_options, sampling_from_args
+from .options import add_model_options, add_sampling_options, load_options, sampling_from_args
 
 DEFAULT_PROMPT = "The three most useful things to know about the sea are"
 
@@ -75,14 +75,7 @@ def run(args: argparse.Namespace) -> int:
     sampling = sampling_from_args(args)
     prompt = _read_prompt(args)
     target, drafter = load_pair(
-        args.target,
-        "none" if args.plain else args.draft,
-        n_ctx=args.ctx,
-        n_threads=args.threads,
-        gpu_layers=args.gpu_layers,
-        draft_gpu_layers=args.draft_gpu_layers,
-        rpc=args.rpc,
-        rpc_timeout=args.rpc_timeout,
+        args.target, "none" if args.plain else args.draft, **load_options(args)
     )
     if args.chat:
         prompt = _chat_prompt(target, prompt)

@@ -85,6 +85,20 @@ def add_model_options(
         )
 
 
+def load_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The keywords of ``load_pair`` / ``load_session`` that add_model_options' flags set
+    (with its rpc, --rpc and --rpc-timeout too): one mapping for every command."""
+    options: dict[str, Any] = {
+        "n_ctx": args.ctx,
+        "n_threads": args.threads,
+        "gpu_layers": args.gpu_layers,
+        "draft_gpu_layers": args.draft_gpu_layers,
+    }
+    if hasattr(args, "rpc"):
+        options.update(rpc=args.rpc, rpc_timeout=args.rpc_timeout)
+    return options
+
+
 RPC_HELP = (
     "place the target's layers on these RPC workers (edgespec worker, or llama.cpp's "
     "rpc-server), split by their memory; with --gpu-layers N only N layers go there, the "

@@ -12,7 +12,7 @@ from ..completion.history_file import DEFAULT_SAVE_INTERVAL_S, HistoryFile, chec
 from ..completion.session import AUTO, CompletionSession, load_session
 from ..errors import InvalidParameterError
 from ..params import DEFAULT_PARALLEL, check_parallel, check_whole
-from .options import AUTO_DRAFT_HELP, add_model_options, parse_gamma
+from .options import AUTO_DRAFT_HELP, add_model_options, load_options, parse_gamma
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -97,14 +97,9 @@ def run(args: argparse.Namespace) -> int:
         args.target,
         args.draft,
         gamma=args.gamma,
-        n_ctx=args.ctx,
-        n_threads=args.threads,
-        gpu_layers=args.gpu_layers,
-        draft_gpu_layers=args.draft_gpu_layers,
         name=args.name,
-        rpc=args.rpc,
-        rpc_timeout=args.rpc_timeout,
         parallel=parallel,
+        **load_options(args),
     )
 
     def log(msg: str) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..adaptive import AdaptiveGamma
+from ..policy.adaptive import AdaptiveGamma
 from ..backend import DEFAULT_RPC_TIMEOUT_S, LlamaModel
 from ..chat_template import CHATML, ChatFormat
 from ..drafting import Drafter
@@ -169,7 +169,7 @@ class CompletionSession:
         """What gamma auto does about the target's cost curve (None: it is measured)."""
         if self._policy is None or self._policy.gaps is None:
             return None
-        from ..gap_calibration import calibration_note
+        from ..policy.gap_calibration import calibration_note
 
         return calibration_note(self.target)
 
@@ -233,7 +233,7 @@ class CompletionSession:
         One policy serves every request, so what it learned about acceptance and costs
         carries over: a 20-60-token completion is too short to learn in, and a fresh
         policy per request lost 2-4% on ten such completions with two threads
-        (scripts/bench_short_completions.py).
+        (benchmarks/bench_short_completions.py).
         """
         return self._policy if self._policy is not None else self.gamma
 

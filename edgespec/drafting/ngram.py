@@ -45,7 +45,7 @@ class NgramDrafter:
     history; shared by the drafters of one target's slots), a proposal copies from it
     where the context has none (no match, or a short contested one): its match_len
     tells the adaptive policy how far to trust it. Not where the context has a shorter
-    match: replayed over scripts/bench_history.py's greedy outputs, letting a longer
+    match: replayed over benchmarks/bench_history.py's greedy outputs, letting a longer
     history match win there cost 8% of the tokens per target call on a chat that
     resends its conversation (an older copy won over the latest) and gained less on
     the others (1.06x against 1.10x, 1.18x against 1.16x).

@@ -1,7 +1,7 @@
 """The model catalog: named GGUF models, where to fetch them, and named draft/target pairs.
 
-The data lives in ``models/catalog.toml`` (installed as package data of
-``edgespec.models``); ``$EDGESPEC_CATALOG`` points at another file instead. This
+The data lives in ``catalog.toml`` beside this module (package data);
+``$EDGESPEC_CATALOG`` points at another file instead. This
 module only parses and validates it; fetching is :mod:`edgespec.modelstore.fetch`.
 """
 
@@ -73,7 +73,7 @@ Source = HubSource | PypiSource
 
 @dataclass(frozen=True)
 class CatalogModel:
-    """One named model file and its sources (see models/catalog.toml for the fields)."""
+    """One named model file and its sources (see edgespec/modelstore/catalog.toml for the fields)."""
 
     name: str
     family: str
@@ -187,7 +187,7 @@ class Catalog:
 
 
 def load_catalog(path: str | os.PathLike[str] | None = None) -> Catalog:
-    """The catalog from ``path``, ``$EDGESPEC_CATALOG``, or the shipped models/catalog.toml."""
+    """The catalog from ``path``, ``$EDGESPEC_CATALOG``, or the shipped catalog.toml."""
     if path is None:
         path = os.environ.get("EDGESPEC_CATALOG") or None
     if path is None:
@@ -199,19 +199,12 @@ def load_catalog(path: str | os.PathLike[str] | None = None) -> Catalog:
 def _shipped_catalog() -> Catalog:
     from importlib.resources import files
 
+    resource = files(__package__).joinpath("catalog.toml")
     try:
-        resource = files("edgespec.models").joinpath("catalog.toml")
         text = resource.read_text(encoding="utf-8")
-        origin = str(resource)
-    except (ModuleNotFoundError, FileNotFoundError, OSError):
-        # Another top-level "models" package shadows ours: fall back to the checkout.
-        fallback = Path(__file__).resolve().parent.parent / "models" / "catalog.toml"
-        try:
-            text = fallback.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise CatalogError(f"cannot find edgespec's models/catalog.toml: {exc}") from None
-        origin = str(fallback)
-    return parse_catalog(text, origin)
+    except OSError as exc:
+        raise CatalogError(f"cannot read edgespec's shipped catalog.toml: {exc}") from None
+    return parse_catalog(text, str(resource))
 
 
 def _load_file(path: Path) -> Catalog:

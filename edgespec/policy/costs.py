@@ -7,7 +7,7 @@ the head of the file, not its path), machine, thread count, offload and kernel m
 
 ``edgespec calibrate`` measures it at once (``measure_curve``). ``--gamma auto``
 never waits for it: with nothing cached the first rounds are plain, and the curve is
-measured a batch at a time between rounds (``edgespec.gap_calibration``), a
+measured a batch at a time between rounds (``edgespec.policy.gap_calibration``), a
 provisional curve serving as soon as a few sizes are timed; progress is cached here,
 so short runs add up.
 """
@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from .backend import FAST_KERNELS, LlamaModel
-from .files import exclusive_lock, replace_file
+from ..backend import FAST_KERNELS, LlamaModel
+from ..files import exclusive_lock, replace_file
 
 MAX_VERIFY = 48  # rows of a verify batch: the pending token and up to 47 draft tokens
 CALIBRATION_DEPTH = 64  # context depth the curve is measured at
@@ -209,7 +209,7 @@ ORIGIN_PENDING = "not measured yet: plain rounds first, measured between rounds"
 
 _process_curves: dict[str, CostCurve] = {}
 _process_origins: dict[str, str] = {}
-# the curves being measured between rounds, by key (edgespec.gap_calibration)
+# the curves being measured between rounds, by key (edgespec.policy.gap_calibration)
 _gap_calibrations: dict[str, Any] = {}
 
 
@@ -301,3 +301,27 @@ def _write_cache(path: Path, cache: dict) -> None:
         replace_file(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     except OSError:
         pass  # a read-only cache only costs a re-measurement next time
+
+
+def interpolate_ratios(by_size: dict[int, float], n: int) -> list[float]:
+    """by_size's values at 1..n: linear between the observed sizes, flat beyond them.
+
+    Deep in a context a long batch costs relatively more than the calibration says
+    (attention is paid per row). Priced at the mean ratio, which the many plain
+    rounds pull down, an unseen size looked cheaper than the sizes just seen, and
+    on a long copy the policy drafted one token less each round: 47, 46, 45, ...
+    """
+    ks = sorted(by_size)
+    return np.interp(np.arange(1, n + 1), ks, [by_size[k] for k in ks]).tolist()
+
+
+def could_pay(costs: list[float], timed: frozenset[int], min_gain: float) -> bool:
+    """Would drafting beat plain decoding by min_gain even if every draft token were accepted?
+
+    costs[g] is a round drafting g tokens, verified in a batch of g + 1 (only timed
+    sizes are ever chosen). A draft model as slow as its target never can: then
+    probing only loses.
+    """
+    return any(
+        (g + 1) / c > min_gain / costs[0] for g, c in enumerate(costs) if g and g + 1 in timed
+    )

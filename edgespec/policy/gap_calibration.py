@@ -1,6 +1,6 @@
 """The target's cost curve measured between a reply's rounds, so that gamma auto never
 waits for a calibration: the first rounds are plain, a provisional curve serves as
-soon as the quick sizes are timed, and progress is cached (edgespec.costs), so short
+soon as the quick sizes are timed, and progress is cached (edgespec.policy.costs), so short
 runs add up.
 """
 
@@ -12,7 +12,7 @@ import time
 import numpy as np
 
 from . import costs  # (its process registries by attribute: tests replace them)
-from .backend import LlamaModel
+from ..backend import LlamaModel
 from .costs import (
     CALIBRATION_SIZES,
     FILLER,

@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from .acceptance import AcceptanceEstimate, context_key, position_prior
-from .costs import MAX_VERIFY, CostCurve
+from .costs import MAX_VERIFY, CostCurve, could_pay, interpolate_ratios
 from .gap_calibration import GapCalibration
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from .backend import LlamaModel
+    from ..backend import LlamaModel
 
 # long drafts pay on CPUs too: a 48-row verify costs ~19x one token here, 17 rows 8.5x
 DEFAULT_MAX_GAMMA = MAX_VERIFY - 1
@@ -311,7 +311,7 @@ class AdaptiveGamma:
         """
         step = self.draft_step_s * self.draft_scale
         calibrated = [self.verify.cost(g + 1) + step * g for g in range(limit + 1)]
-        return _could_pay(calibrated, self._timed)
+        return could_pay(calibrated, self._timed, MIN_GAIN)
 
     def keep_drafting(self, i: int, cumulative_conf: float) -> bool:
         """Early stop for model drafters: is draft token i (1-based) worth verifying?
@@ -354,7 +354,7 @@ class AdaptiveGamma:
             self.k_scale[k] = (
                 ratio if prev is None else SCALE_DISCOUNT * prev + (1 - SCALE_DISCOUNT) * ratio
             )
-            self._size_ratio = _interpolate(self.k_scale, self.max_gamma + 1)
+            self._size_ratio = interpolate_ratios(self.k_scale, self.max_gamma + 1)
 
     def observe_free(self, proposed: list[int], produced: int) -> None:
         """A lookup drafter's proposal in a plain round, scored against the token produced.
@@ -381,26 +381,3 @@ class AdaptiveGamma:
             self._shadow, self._shadow_pos = list(proposed[: self.max_gamma]), 1
             self._shadow_key = self._key
 
-
-def _interpolate(by_size: dict[int, float], n: int) -> list[float]:
-    """by_size's values at 1..n: linear between the observed sizes, flat beyond them.
-
-    Deep in a context a long batch costs relatively more than the calibration says
-    (attention is paid per row). Priced at the mean ratio, which the many plain
-    rounds pull down, an unseen size looked cheaper than the sizes just seen, and
-    on a long copy the policy drafted one token less each round: 47, 46, 45, ...
-    """
-    ks = sorted(by_size)
-    return np.interp(np.arange(1, n + 1), ks, [by_size[k] for k in ks]).tolist()
-
-
-def _could_pay(costs: list[float], timed: frozenset[int]) -> bool:
-    """Would drafting beat plain decoding even if every draft token were accepted?
-
-    costs[g] is a round drafting g tokens, verified in a batch of g + 1 (only timed
-    sizes are ever chosen). A draft model as slow as its target never can: then
-    probing only loses.
-    """
-    return any(
-        (g + 1) / c > MIN_GAIN / costs[0] for g, c in enumerate(costs) if g and g + 1 in timed
-    )

@@ -4,7 +4,7 @@ a_i, the chance that draft token i is accepted given that 1..i-1 were, estimated
 per position from discounted counts, so that it follows the text (code copying vs
 free writing), and kept apart by context (``context_key``): a lookup proposal's
 match-length band, or for model drafters whether the last round missed. The
-adaptive policy (edgespec.adaptive) prices rounds with them.
+adaptive policy (edgespec.policy.adaptive) prices rounds with them.
 """
 
 from __future__ import annotations
