@@ -26,7 +26,8 @@ but for the one being measured. Issue 19's goals, side by side:
    parallel and serial server alternating, --reps pairs: the median of per-pair
    ratios of decode tokens/s from the servers' timings (goal >= 0.97x).
 
-    .venv/bin/python benchmarks/bench_parallel.py --json docs/bench/gemma-3-270m-parallel-server.json
+    .venv/bin/python benchmarks/bench_parallel.py \
+        --json docs/bench/gemma-3-270m-parallel-server.json
     .venv/bin/python benchmarks/bench_parallel.py --quick     # a smoke run, small numbers
 
 About 10 minutes (--quick: 2) on a quiet 2-core machine; on a busy one, much more

@@ -16,7 +16,8 @@ split the difference into its causes:
 - ``edgespec-fast``: edgespec with EDGESPEC_FAST_KERNELS=1 (llama.cpp's kernels, still a
   full-size sliding-window cache): what is left is edgespec's loop and that cache.
 
-    .venv/bin/python benchmarks/bench_plain_vs_llamacpp.py --llama-bench /tmp/llama-bin/llama-bench \
+    .venv/bin/python benchmarks/bench_plain_vs_llamacpp.py \
+        --llama-bench /tmp/llama-bin/llama-bench \
         --model gemma-3-270m --threads 1,2 --depths 0,900,2000 --reps 3 --json plain-depth.json
 """
 

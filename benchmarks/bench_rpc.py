@@ -217,12 +217,12 @@ def main(argv: list[str] | None = None) -> int:
 
     # curves of this run only: the endpoints are this run's ports
     os.environ["EDGESPEC_CACHE_DIR"] = tempfile.mkdtemp(prefix="edgespec-bench-rpc-")
-    from edgespec.policy import costs
     from edgespec.bench.latency_proxy import LatencyProxy
     from edgespec.bench.runner import render_workload
     from edgespec.bench.workloads import builtin_workloads
     from edgespec.drafting import build_drafter
     from edgespec.loading import load_pair, resolve_model
+    from edgespec.policy import costs
 
     delays = [float(d) for d in args.delays.split(",")]
     gammas = [int(g) for g in args.gammas.split(",") if g.strip()]  # "": auto only

@@ -48,15 +48,15 @@ from pathlib import Path
 
 import numpy as np
 
-from edgespec.policy.adaptive import AdaptiveGamma
 from edgespec.backend import LlamaModel
 from edgespec.bench.corpus import load_corpus
 from edgespec.bench.runner import render_workload
-from edgespec.policy.costs import CostCurve, load_or_measure
 from edgespec.drafting.base import Draft
 from edgespec.drafting.ngram import NgramDrafter
 from edgespec.engine import generate
 from edgespec.loading import resolve_model
+from edgespec.policy.adaptive import AdaptiveGamma
+from edgespec.policy.costs import CostCurve, load_or_measure
 from edgespec.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -289,9 +289,9 @@ SWEEP = {
 
 def sweep(records: dict[str, dict], curve: CostCurve) -> None:
     """Median and worst replayed speed-up of the shipped drafter as each constant varies."""
+    import edgespec.drafting.ngram as ngram
     import edgespec.policy.acceptance as acceptance
     import edgespec.policy.adaptive as adaptive
-    import edgespec.drafting.ngram as ngram
 
     modules = {"acceptance": acceptance, "adaptive": adaptive, "ngram": ngram}
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .policy.adaptive import AdaptiveGamma
 from .backend import LlamaModel
 from .detok import Detokenizer
 from .drafting import CompositeDrafter, Draft, Drafter, KeepDrafting
@@ -22,6 +21,7 @@ from .errors import ContextFullError, InvalidParameterError
 from .events import DoneEvent, Event, RoundEvent, Stats, StopReason, TokenEvent, TokenKind
 from .grammar import Grammar
 from .params import check_gamma, check_max_tokens
+from .policy.adaptive import AdaptiveGamma
 from .sampling import SamplingParams, TokenDist, TopLogprobs, kept_logprobs
 from .shaping import Shaper, argmaxes, dists, for_generation
 from .stopping import StopSequenceMatcher

@@ -7,13 +7,13 @@ import math
 
 import pytest
 
-from edgespec.policy import adaptive, costs, gap_calibration
-from edgespec.policy.adaptive import FIRST_PROBE_AFTER, AdaptiveGamma
 from edgespec.backend import LlamaModel
-from edgespec.policy.costs import CostCurve, load_or_measure
 from edgespec.drafting import CompositeDrafter, ModelDrafter
 from edgespec.drafting.ngram import NgramDrafter
 from edgespec.engine import generate, resolve_gamma
+from edgespec.policy import adaptive, costs, gap_calibration
+from edgespec.policy.adaptive import FIRST_PROBE_AFTER, AdaptiveGamma
+from edgespec.policy.costs import CostCurve, load_or_measure
 
 # Measured shape on this project's 2-core CPUs (Gemma 3 270M): k=2 2.2x, 4 3x, 8 3.7x, 16 5x.
 CPU_RATIOS = [1.0, 2.2, 2.6, 3.0, 3.2, 3.35, 3.5, 3.6, 3.7, 3.85, 4.0, 4.2, 4.4, 4.6, 4.8, 5.0, 5.1]

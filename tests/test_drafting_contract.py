@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 
 import edgespec.drafting
-from edgespec.policy.adaptive import AdaptiveGamma
 from edgespec.backend import LlamaModel
-from edgespec.policy.costs import CostCurve
 from edgespec.drafting import CompositeDrafter, Draft, Drafter, ModelDrafter, build_drafter
 from edgespec.drafting.build import DraftSpec, parse_draft_spec
 from edgespec.drafting.crossvocab import CrossVocabDrafter
 from edgespec.drafting.ngram import NgramDrafter
 from edgespec.engine import _split_lookup, generate
 from edgespec.errors import ModelLoadError
+from edgespec.policy.adaptive import AdaptiveGamma
+from edgespec.policy.costs import CostCurve
 
 
 @pytest.fixture(scope="module")

@@ -322,10 +322,10 @@ class _ScriptedTarget:
 def test_a_lookup_scored_in_plain_rounds_moves_on_when_the_model_stands_in(monkeypatch) -> None:
     # composite drafter: when the lookup had nothing, its model stood in and the earlier
     # proposal being scored a token a round stood still: a hit was then scored a miss
+    from edgespec.drafting import CompositeDrafter, Draft
     from edgespec.policy.acceptance import AcceptanceEstimate
     from edgespec.policy.adaptive import AdaptiveGamma
     from edgespec.policy.costs import CostCurve
-    from edgespec.drafting import CompositeDrafter, Draft
 
     class StandIn:  # a model drafter with nothing to propose (its model is not needed)
         model, name, is_lookup = None, "stand-in", False

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from edgespec.policy.adaptive import AdaptiveGamma
 from edgespec.backend import LlamaModel
-from edgespec.policy.costs import CostCurve
 from edgespec.drafting import ModelDrafter
 from edgespec.engine import generate
+from edgespec.policy.adaptive import AdaptiveGamma
+from edgespec.policy.costs import CostCurve
 from edgespec.sampling import SamplingParams, process_logits
 
 ALPHA = 2.5e-5

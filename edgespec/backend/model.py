@@ -25,9 +25,9 @@ from .gbnf import GrammarMatcher, compile_grammar
 from .kernels import FAST_KERNELS, default_threads
 from .log import _failure_reason, _log_tail
 from .rows import decode_rows
-from .vocab import FimTokens, VocabInfo
 from .rpc import rpc_devices, rpc_worker_lost
 from .rpc_watch import DEFAULT_RPC_TIMEOUT_S, check_rpc_timeout, watched
+from .vocab import FimTokens, VocabInfo
 
 DEFAULT_CTX = 4096
 MAX_SEQ = 64  # sequences one context may hold (llama.cpp's LLAMA_MAX_SEQ is 256)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..loading import load_pair
 from ..policy.costs import (
     ORIGIN_PENDING,
     ORIGIN_UNWRITABLE,
@@ -12,7 +13,6 @@ from ..policy.costs import (
     curve_origin,
     load_or_measure,
 )
-from ..loading import load_pair
 from .options import add_model_options, load_options
 
 

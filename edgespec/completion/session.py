@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..policy.adaptive import AdaptiveGamma
 from ..backend import DEFAULT_RPC_TIMEOUT_S, LlamaModel
 from ..chat_template import CHATML, ChatFormat
 from ..drafting import Drafter
@@ -29,6 +28,7 @@ from ..events import DoneEvent, RoundEvent, Stats, StopReason, TokenEvent, Token
 from ..grammar import Grammar
 from ..loading import load_pair
 from ..params import check_gamma
+from ..policy.adaptive import AdaptiveGamma
 from ..sampling import SamplingParams
 from .codestop import CodeStop
 from .fim import ExtraChunk, FimPrompt, build_fim_prompt, fim_stop_tokens

@@ -73,7 +73,7 @@ Source = HubSource | PypiSource
 
 @dataclass(frozen=True)
 class CatalogModel:
-    """One named model file and its sources (see edgespec/modelstore/catalog.toml for the fields)."""
+    """One named model file and its sources (the fields: edgespec/modelstore/catalog.toml)."""
 
     name: str
     family: str

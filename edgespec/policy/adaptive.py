@@ -22,8 +22,6 @@ import threading
 import time
 from typing import TYPE_CHECKING, Protocol
 
-import numpy as np
-
 from .acceptance import AcceptanceEstimate, context_key, position_prior
 from .costs import MAX_VERIFY, CostCurve, could_pay, interpolate_ratios
 from .gap_calibration import GapCalibration
@@ -380,4 +378,3 @@ class AdaptiveGamma:
         if hit and not self._shadow and len(proposed) > 1:
             self._shadow, self._shadow_pos = list(proposed[: self.max_gamma]), 1
             self._shadow_key = self._key
-

@@ -11,8 +11,8 @@ import time
 
 import numpy as np
 
-from . import costs  # (its process registries by attribute: tests replace them)
 from ..backend import LlamaModel
+from . import costs  # (its process registries by attribute: tests replace them)
 from .costs import (
     CALIBRATION_SIZES,
     FILLER,

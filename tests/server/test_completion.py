@@ -95,8 +95,8 @@ def test_engine_stop_reason_passes_through(fim_session: CompletionSession) -> No
 
 def test_an_auto_session_carries_what_its_policy_learned(synthetic_models) -> None:
     # short completions are too short to learn in: every request shares one policy
-    from edgespec.policy.adaptive import AdaptiveGamma
     from edgespec.completion.session import load_session
+    from edgespec.policy.adaptive import AdaptiveGamma
 
     session = load_session(str(synthetic_models["target"]), "ngram", gamma="auto", n_ctx=1024)
     policy = session._gamma()
