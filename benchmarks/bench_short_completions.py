@@ -18,8 +18,9 @@ from pathlib import Path
 
 from edgespec.backend import LlamaModel
 from edgespec.drafting.ngram import NgramDrafter
-from edgespec.engine import generate, make_policy
+from edgespec.engine import generate
 from edgespec.loading import resolve_model
+from edgespec.planning import make_policy
 
 SOURCES = ("adaptive.py", "costs.py", "codestop.py", "store.py", "hub.py")
 # a def line (possibly wrapped), then a one-line docstring: the completion starts after it

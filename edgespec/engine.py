@@ -10,38 +10,26 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
 from .backend import LlamaModel
 from .detok import Detokenizer
-from .drafting import CompositeDrafter, Draft, Drafter, KeepDrafting
+from .drafting import Draft, Drafter, KeepDrafting
 from .errors import ContextFullError, InvalidParameterError
 from .events import DoneEvent, Event, RoundEvent, Stats, StopReason, TokenEvent, TokenKind
 from .grammar import Grammar
-from .params import check_gamma, check_max_tokens
+from .params import check_max_tokens
+from .planning import RoundPlanner, RoundResult, resolve_gamma
 from .policy.adaptive import AdaptiveGamma
-from .sampling import SamplingParams, TokenDist, TopLogprobs, kept_logprobs
+from .sampling import SamplingParams, TokenDist, kept_logprobs
 from .shaping import Shaper, argmaxes, dists, for_generation
 from .stopping import StopSequenceMatcher
 from .verify import NO_TOKEN, accept_greedy, accept_rejection
 
 DEFAULT_MAX_TOKENS = 256
 DEFAULT_GAMMA = "auto"
-
-
-@dataclass(frozen=True)
-class RoundResult:
-    """Outcome of one speculative round."""
-
-    draft: list[int]
-    draft_calls: int
-    n_accepted: int
-    next_token: int  # NO_TOKEN where the grammar admits none
-    draft_s: float
-    verify_s: float
-    logprobs: tuple[tuple[float, TopLogprobs], ...] | None = None  # per kept token, if asked
 
 
 def speculative_step(
@@ -100,19 +88,6 @@ def speculative_step(
     target.truncate(n_ctx_before + 1 + n)
     verify_s = time.perf_counter() - t1
     return RoundResult(draft.tokens, draft.model_calls, n, nxt, t1 - t0, verify_s, lp)
-
-
-def _split_lookup(drafter: Drafter | None) -> tuple[Drafter | None, Drafter | None]:
-    """(the lookup, asked before gamma is chosen; the drafter to use when it has nothing).
-
-    A lookup drafter (``is_lookup``) is (itself, None); a composite whose first drafter
-    is a lookup is (that lookup, its fallback); anything else (None, itself).
-    """
-    if drafter is not None and drafter.is_lookup:
-        return drafter, None
-    if isinstance(drafter, CompositeDrafter) and drafter.first.is_lookup:
-        return drafter.first, drafter.fallback
-    return None, drafter
 
 
 def _point_mass(token: int) -> TokenDist:
@@ -216,75 +191,6 @@ def _prompt_tokens(target: LlamaModel, prompt: str | Sequence[int]) -> list[int]
     return tokens
 
 
-@dataclass(frozen=True)
-class RoundPlan:
-    """What one round drafts, chosen before it runs."""
-
-    gamma: int
-    source: Drafter | None  # the drafter speculative_step asks (None: plain decoding)
-    proposal: Draft | None = None  # made before gamma was chosen (a lookup's): verified as is
-    looked_up: Draft | None = None  # the lookup's proposal, also when source drafted instead
-    lookup_s: float = 0.0  # time the lookup took (drafting time in the statistics)
-    keep: KeepDrafting | None = None  # the adaptive policy's early stop for model drafters
-
-
-class RoundPlanner:
-    """Chooses each round's drafter and gamma, and lets the adaptive policy learn from it.
-
-    With a fixed gamma (policy None) every round drafts min(gamma, limit) tokens. With
-    the policy, a lookup drafter (or a composite's first drafter, a lookup) is asked
-    first, and gamma is chosen knowing its proposal; a composite's draft model
-    proposes only when the lookup has nothing.
-    """
-
-    def __init__(self, drafter: Drafter | None, policy: AdaptiveGamma | None, gamma: int) -> None:
-        self.drafter = drafter
-        self.policy = policy
-        self.gamma = gamma
-        self.lookup, self.fallback = _split_lookup(drafter)
-
-    @property
-    def drafts(self) -> bool:
-        """Whether any round may draft (the drafter then needs the prompt first)."""
-        return self.drafter is not None and (self.policy is not None or self.gamma > 0)
-
-    def plan(
-        self, context: list[int], limit: int, sampling: SamplingParams, rng: np.random.Generator
-    ) -> RoundPlan:
-        """The plan for a round that may draft up to limit tokens after context."""
-        policy = self.policy
-        if policy is None:
-            return RoundPlan(min(self.gamma, limit), self.drafter)
-        keep = policy.keep_drafting
-        if self.lookup is None or limit <= 0:
-            return RoundPlan(policy.choose(limit), self.drafter, keep=keep)
-        # a lookup costs nothing: ask it first, so that the policy sees how long
-        # its match is, and learns from the proposal even when it drafts nothing
-        t0 = time.perf_counter()
-        looked_up = self.lookup.propose(context, policy.max_gamma, sampling, rng)
-        lookup_s = time.perf_counter() - t0
-        if looked_up.tokens or self.fallback is None:
-            # sized to the proposal: the policy picks among the batch sizes it timed
-            g = policy.choose(min(limit, len(looked_up.tokens)), match_len=looked_up.match_len)
-            return RoundPlan(g, self.drafter, looked_up, looked_up, lookup_s, keep)
-        # no match: the composite's draft model proposes, once gamma is chosen
-        return RoundPlan(policy.choose(limit), self.fallback, None, looked_up, lookup_s, keep)
-
-    def observe(self, plan: RoundPlan, res: RoundResult) -> None:
-        """Teach the adaptive policy (if any) what the planned round cost and yielded."""
-        if self.policy is None:
-            return
-        # only a draft model's time teaches the policy what a draft step costs (and only
-        # in a round that ran it: a plain round's few microseconds are not a step)
-        ran_model = plan.gamma > 0 and plan.proposal is None
-        draft_s = res.draft_s if ran_model else 0.0
-        self.policy.observe(len(res.draft), res.n_accepted, res.verify_s, draft_s)
-        if plan.gamma == 0 and plan.looked_up is not None:
-            # (also when the composite's model stood in: an earlier proposal being
-            # scored a token a round must move on with the text)
-            self.policy.observe_free(plan.looked_up.tokens, res.next_token)
-
-
 class _Output:
     """The generated tokens and text, and how much of the text the TokenEvents carried."""
 
@@ -362,48 +268,6 @@ def _add_round(stats: Stats, res: RoundResult, rnd: int, lookup_s: float) -> Sta
         draft_s=stats.draft_s + res.draft_s + lookup_s,
         verify_s=stats.verify_s + res.verify_s,
     )
-
-
-def resolve_gamma(
-    gamma: int | str | AdaptiveGamma,
-    target: LlamaModel,
-    drafter: Drafter | None,
-    max_tokens: int = DEFAULT_MAX_TOKENS,
-) -> AdaptiveGamma | None:
-    """An adaptive policy for gamma="auto" (or a given one), None for a fixed gamma."""
-    if isinstance(gamma, AdaptiveGamma):
-        policy = gamma
-    elif gamma == "auto":
-        policy = make_policy(target, drafter) if drafter is not None else None
-    else:
-        check_gamma(gamma)
-        return None
-    if drafter is None or policy is None:
-        return None
-    policy.start_generation(max_tokens)
-    return policy
-
-
-def make_policy(target: LlamaModel, drafter: Drafter, *, calibrate: bool = False) -> AdaptiveGamma:
-    """Adaptive gamma from the (cached) cost curves of the target and a draft model.
-
-    Nothing is measured for the target now: without a final cached curve the policy
-    starts from a provisional one (or plain rounds) and measures between rounds
-    (gap_calibration.policy_curve). A draft model's one-token step is measured now if absent
-    (two sizes, well under a second). calibrate: measure the target's curve in full
-    now if it is not cached (a benchmark's warm-up: nothing measured while timed).
-    """
-    from .policy.costs import load_or_measure
-    from .policy.gap_calibration import policy_curve
-
-    if calibrate:
-        load_or_measure(target)
-    curve, gaps = policy_curve(target)
-    draft_model = drafter.model
-    step = load_or_measure(draft_model, max_k=2).cost(1) if draft_model is not None else 0.0
-    policy = AdaptiveGamma(curve, draft_step_s=step)
-    policy.gaps = gaps
-    return policy
 
 
 def _position_counts(

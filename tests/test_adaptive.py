@@ -10,7 +10,8 @@ import pytest
 from edgespec.backend import LlamaModel
 from edgespec.drafting import CompositeDrafter, ModelDrafter
 from edgespec.drafting.ngram import NgramDrafter
-from edgespec.engine import generate, resolve_gamma
+from edgespec.engine import generate
+from edgespec.planning import resolve_gamma
 from edgespec.policy import adaptive, costs, gap_calibration
 from edgespec.policy.adaptive import FIRST_PROBE_AFTER, AdaptiveGamma
 from edgespec.policy.costs import CostCurve, load_or_measure
@@ -564,7 +565,7 @@ def test_only_rounds_that_ran_the_draft_model_teach_its_step() -> None:
     """A plain round's draft_s is a few microseconds of bookkeeping: counted as a draft
     step it made drafting look free (draft_scale near 0). A round that ran the model
     and kept nothing counts as one step."""
-    from edgespec.engine import RoundPlan, RoundPlanner, RoundResult
+    from edgespec.planning import RoundPlan, RoundPlanner, RoundResult
 
     p = AdaptiveGamma(GPU_LIKE, draft_step_s=0.01)
 

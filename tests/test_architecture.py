@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # the installed name of each top-level folder
 PACKAGES = {"edgespec": "edgespec", "tui": "edgespec_tui"}
 # the speculative core: free of UI, of the CLI, the server, the benchmark and the model store
-CORE = ("edgespec.engine", "edgespec.verify", "edgespec.sampling")
+CORE = ("edgespec.engine", "edgespec.planning", "edgespec.verify", "edgespec.sampling")
 CORE_PACKAGES = ("edgespec.drafting", "edgespec.policy")
 ABOVE_CORE = (
     "edgespec.cli",
@@ -48,8 +48,10 @@ def _imported(name: str, path: Path) -> set[str]:
                 module = ".".join(base + ([node.module] if node.module else []))
             else:
                 module = node.module or ""
-            out.add(module)
-            out.update(f"{module}.{alias.name}" for alias in node.names)
+            names = {f"{module}.{alias.name}" for alias in node.names}
+            if not names <= MODULES.keys():  # (``from . import costs`` names a submodule)
+                out.add(module)
+            out.update(names)
     return out
 
 

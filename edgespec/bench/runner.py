@@ -21,10 +21,11 @@ from pathlib import Path
 from ..backend import DEFAULT_CTX, LlamaModel
 from ..chat_template import ChatFormat
 from ..drafting import Drafter, build_drafter
-from ..engine import generate, make_policy, stream_generate
+from ..engine import generate, stream_generate
 from ..errors import InvalidParameterError
 from ..events import DoneEvent, RoundEvent
 from ..loading import load_pair, resolve_model
+from ..planning import make_policy
 from ..sampling import SamplingParams
 from . import llamacpp
 from .memory import peak_rss_mib, reset_peak_rss

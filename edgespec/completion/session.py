@@ -22,12 +22,13 @@ from ..chat_template import CHATML, ChatFormat
 from ..drafting import Drafter
 from ..drafting.build import attach_history
 from ..drafting.history import LookupHistory
-from ..engine import DEFAULT_GAMMA, make_policy, stream_generate
+from ..engine import DEFAULT_GAMMA, stream_generate
 from ..errors import ContextFullError, InvalidParameterError
 from ..events import DoneEvent, RoundEvent, Stats, StopReason, TokenEvent, TokenKind
 from ..grammar import Grammar
 from ..loading import load_pair
 from ..params import check_gamma
+from ..planning import make_policy
 from ..policy.adaptive import AdaptiveGamma
 from ..sampling import SamplingParams
 from .codestop import CodeStop
