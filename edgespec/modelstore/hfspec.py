@@ -28,7 +28,8 @@ from pathlib import Path
 
 from ..errors import ModelFetchError, ModelLoadError
 from . import store
-from .catalog import HubSource, _valid_repo_id
+from .catalog import HubSource
+from .fields import valid_repo_id
 from .store import BarFactory, Progress, models_dir
 
 __all__ = [
@@ -98,7 +99,7 @@ def parse_hf_spec(text: str) -> HfSpec:
     if len(parts) == 2 and ":" in name:
         name, quant = name.split(":", 1)
     repo = f"{owner}/{name}"
-    if not _valid_repo_id(repo):
+    if not valid_repo_id(repo):
         raise ModelLoadError(
             f"{text!r}: {repo!r} is not a valid Hugging Face repo id (OWNER/REPO: letters, "
             'digits and _.- only, not starting or ending with - or ., no "--" or "..")'
