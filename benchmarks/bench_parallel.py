@@ -43,79 +43,35 @@ import json
 import os
 import statistics
 import sys
-import sysconfig
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_server import Server  # noqa: E402  (scripts/ is not a package)
-from parallel_clients import load, pct, request, rss_mib, start, uptime  # noqa: E402
+from bench_server import Server  # noqa: E402  (benchmarks/ is not a package)
+from parallel_clients import (  # noqa: E402
+    EDITOR_FILES,
+    PROMPTS,
+    chat_body,
+    editor_body,
+    editor_file,
+    load,
+    pct,
+    request,
+    rss_mib,
+    start,
+    uptime,
+)
 from parallel_report import goals, print_table  # noqa: E402
 
-CHAT_QUESTIONS = [
-    "How do I reverse a linked list in Python? Show the code.",
-    "Write a Python function that checks whether a string is a palindrome.",
-    "Explain the difference between a list and a tuple in Python, with examples.",
-    "How do I read a CSV file with Python's csv module and sum one column?",
-    "Write a binary search in Python and explain its complexity.",
-    "How do I use a context manager to time a block of Python code?",
-]
-
-TASKS = [
-    ("parse an ISO date", "parse_date"), ("flatten a nested list", "flatten"),
-    ("count words in a text", "word_count"), ("merge two sorted lists", "merge_sorted"),
-    ("check if a number is prime", "is_prime"), ("compute a file's sha256", "file_digest"),
-    ("retry a function with backoff", "retry"), ("chunk a list into pieces", "chunks"),
-    ("deduplicate keeping order", "unique"), ("read a JSON config file", "load_config"),
-    ("format bytes as KiB/MiB", "human_size"), ("find the longest common prefix", "common_prefix"),
-    ("transpose a matrix", "transpose"), ("validate an email address", "is_email"),
-    ("convert CamelCase to snake_case", "snake_case"), ("run a shell command", "run_command"),
-]  # fmt: skip
-PROMPTS = [f"# Python: {task}\nimport os\n\n\ndef {name}(" for task, name in TASKS]
-
-
 # ---------------------------------------------------------------------- 1. mixed load
-
-
-def editor_file(name: str) -> list[str]:
-    """A standard library module's lines (the venv python's)."""
-    return Path(sysconfig.get_paths()["stdlib"], name).read_text().splitlines(keepends=True)
-
-
-EDITOR_FILES = ["json/decoder.py", "textwrap.py"]
-FIRST_LINES = 40  # k: the first request's prefix
-SUFFIX_LINES = 64  # lines after the cursor sent as input_suffix (llama.vim's n_suffix)
 
 
 #: what each mixed-load record keeps: the client's figures, the server's timings
 RECORD_KEYS = ("kind", "client", "i", "start_s", "wall_s", "wait_s", "first_s", "tokens", "error")
 TIMINGS_KEPT = ("cache_n", "prompt_n", "prompt_ms", "predicted_ms", "predicted_per_second",
                 "target_calls", "drafted", "accepted", "stop")  # fmt: skip
-
-
-def editor_body(lines: list[str], i: int) -> dict[str, Any]:
-    """Request i of an editor: the first k + i lines before the cursor."""
-    cut = FIRST_LINES + i % (len(lines) - FIRST_LINES)
-    return {
-        "input_prefix": "".join(lines[:cut]),
-        "input_suffix": "".join(lines[cut : cut + SUFFIX_LINES]),
-        "n_predict": 24,
-        "cache_prompt": True,
-        "temperature": 0,
-    }
-
-
-def chat_body(i: int) -> dict[str, Any]:
-    """Chat request i: a coding question, 128 tokens, streamed."""
-    question = CHAT_QUESTIONS[i % len(CHAT_QUESTIONS)]
-    return {
-        "messages": [{"role": "user", "content": question}],
-        "max_tokens": 128,
-        "temperature": 0,
-        "stream": True,
-    }
 
 
 def mixed(server: Server, duration: float, chats: int = 2, editors: int = 2) -> dict[str, Any]:

@@ -177,3 +177,21 @@ def excerpt(text: str, low: int, high: int, skip: int = 0) -> str | None:
         if sum(len(c) + 2 for c in chosen) >= low:
             return "\n\n".join(chosen)
     return None
+
+
+def toml_string(text: str) -> str:
+    """text as a TOML multi-line basic string (backslashes, quotes and control
+    characters escaped), so any source text survives."""
+    out = []
+    for ch in text:
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch == '"':
+            out.append('\\"')
+        elif ch in "\n\t":
+            out.append(ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04X}")
+        else:
+            out.append(ch)
+    return '"""\n' + "".join(out) + '"""'

@@ -44,11 +44,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # scripts/ is not a package
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is not a package
 
 import corpus_sources as sources  # noqa: E402
-from corpus_sources import excerpt, functions, paragraphs, stdlib_files  # noqa: E402
+from corpus_sources import excerpt, functions, paragraphs, stdlib_files, toml_string  # noqa: E402
 
 from edgespec.bench.corpus import split_of  # noqa: E402
 from edgespec.bench.workloads import parse_workload  # noqa: E402
@@ -85,9 +84,6 @@ class Item:
     source: str
     temperature: float = 0.0
     max_tokens: int = 128
-
-
-# ------------------------------------------------------------------ the kinds
 
 
 def rename_to(old: str, taken: str) -> str | None:
@@ -320,24 +316,6 @@ MAKERS: dict[str, Callable[[int], Iterator[Item]]] = {
 
 
 # ------------------------------------------------------------------ writing
-
-
-def toml_string(text: str) -> str:
-    """text as a TOML multi-line basic string (backslashes, quotes and control
-    characters escaped), so any source text survives."""
-    out = []
-    for ch in text:
-        if ch == "\\":
-            out.append("\\\\")
-        elif ch == '"':
-            out.append('\\"')
-        elif ch in "\n\t":
-            out.append(ch)
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\u{ord(ch):04X}")
-        else:
-            out.append(ch)
-    return '"""\n' + "".join(out) + '"""'
 
 
 def to_toml(item: Item) -> str:

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 from collections import deque
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_server import Server  # noqa: E402  (scripts/ is not a package)
+from bench_server import Server  # noqa: E402  (benchmarks/ is not a package)
 
 
 def start(target: str, parallel: int, threads: int, ctx: int) -> Server:
@@ -110,3 +111,60 @@ def pct(values: list[float], q: float) -> float:
 def load() -> list[float]:
     """The 1, 5 and 15 minute load averages."""
     return [round(x, 2) for x in os.getloadavg()]
+
+
+# ---------------------------------------------------------------------- the requests
+
+CHAT_QUESTIONS = [
+    "How do I reverse a linked list in Python? Show the code.",
+    "Write a Python function that checks whether a string is a palindrome.",
+    "Explain the difference between a list and a tuple in Python, with examples.",
+    "How do I read a CSV file with Python's csv module and sum one column?",
+    "Write a binary search in Python and explain its complexity.",
+    "How do I use a context manager to time a block of Python code?",
+]
+
+TASKS = [
+    ("parse an ISO date", "parse_date"), ("flatten a nested list", "flatten"),
+    ("count words in a text", "word_count"), ("merge two sorted lists", "merge_sorted"),
+    ("check if a number is prime", "is_prime"), ("compute a file's sha256", "file_digest"),
+    ("retry a function with backoff", "retry"), ("chunk a list into pieces", "chunks"),
+    ("deduplicate keeping order", "unique"), ("read a JSON config file", "load_config"),
+    ("format bytes as KiB/MiB", "human_size"), ("find the longest common prefix", "common_prefix"),
+    ("transpose a matrix", "transpose"), ("validate an email address", "is_email"),
+    ("convert CamelCase to snake_case", "snake_case"), ("run a shell command", "run_command"),
+]  # fmt: skip
+PROMPTS = [f"# Python: {task}\nimport os\n\n\ndef {name}(" for task, name in TASKS]
+
+
+def editor_file(name: str) -> list[str]:
+    """A standard library module's lines (the venv python's)."""
+    return Path(sysconfig.get_paths()["stdlib"], name).read_text().splitlines(keepends=True)
+
+
+EDITOR_FILES = ["json/decoder.py", "textwrap.py"]
+FIRST_LINES = 40  # k: the first request's prefix
+SUFFIX_LINES = 64  # lines after the cursor sent as input_suffix (llama.vim's n_suffix)
+
+
+def editor_body(lines: list[str], i: int) -> dict[str, Any]:
+    """Request i of an editor: the first k + i lines before the cursor."""
+    cut = FIRST_LINES + i % (len(lines) - FIRST_LINES)
+    return {
+        "input_prefix": "".join(lines[:cut]),
+        "input_suffix": "".join(lines[cut : cut + SUFFIX_LINES]),
+        "n_predict": 24,
+        "cache_prompt": True,
+        "temperature": 0,
+    }
+
+
+def chat_body(i: int) -> dict[str, Any]:
+    """Chat request i: a coding question, 128 tokens, streamed."""
+    question = CHAT_QUESTIONS[i % len(CHAT_QUESTIONS)]
+    return {
+        "messages": [{"role": "user", "content": question}],
+        "max_tokens": 128,
+        "temperature": 0,
+        "stream": True,
+    }
