@@ -6,6 +6,7 @@ Every ``import`` between modules counts, at module level or inside a function.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -153,3 +154,23 @@ def test_the_kernel_mode_is_set_before_llama_cpp_loads() -> None:
     )
     kernels = ROOT / "edgespec/backend/kernels.py"
     assert not {m for m in _imported("edgespec.backend.kernels", kernels) if "llama" in m}
+
+
+def test_the_harness_index_lists_exactly_its_files() -> None:
+    """benchmarks/README.md names every file of benchmarks/ (as `name`), and no other."""
+    folder = ROOT / "benchmarks"
+    index = (folder / "README.md").read_text()
+    listed = set(re.findall(r"^\| `([^`]+)` \|", index, flags=re.MULTILINE))
+    present = {
+        p.relative_to(folder).as_posix()
+        for p in folder.rglob("*")
+        if p.is_file() and p.name != "README.md" and "__pycache__" not in p.parts
+    }
+    assert listed == present
+
+
+def test_scripts_holds_only_entry_points() -> None:
+    """scripts/: the few commands a user or CI runs, at most 600 lines in all."""
+    files = [p for p in (ROOT / "scripts").iterdir() if p.is_file()]
+    assert sum(len(p.read_text().splitlines()) for p in files) <= 600
+    assert not [p for p in (ROOT / "scripts").iterdir() if p.is_dir()]
