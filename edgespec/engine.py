@@ -283,7 +283,7 @@ def _position_counts(
     return tuple(tried), tuple(hit)
 
 
-def generate(target: LlamaModel, prompt: str | Sequence[int], **kwargs) -> DoneEvent:
+def generate(target: LlamaModel, prompt: str | Sequence[int], **kwargs: object) -> DoneEvent:
     """Blocking form of stream_generate: returns the final DoneEvent."""
     done = None
     for event in stream_generate(target, prompt, **kwargs):

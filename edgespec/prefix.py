@@ -21,6 +21,7 @@ class ReusesPrefix:
     tokens: list[int]
 
     def truncate(self, n: int) -> None:  # pragma: no cover (each class has its own)
+        """Keep the first n tokens of the cache, drop the rest."""
         raise NotImplementedError
 
     def reuse_prefix(self, tokens: Sequence[int]) -> int:

@@ -13,6 +13,7 @@ import ctypes
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,6 +29,9 @@ from .rows import decode_rows
 from .rpc import rpc_devices, rpc_worker_lost
 from .rpc_watch import DEFAULT_RPC_TIMEOUT_S, check_rpc_timeout, watched
 from .vocab import FimTokens, VocabInfo
+
+if TYPE_CHECKING:
+    from .parallel import SequenceView
 
 DEFAULT_CTX = 4096
 MAX_SEQ = 64  # sequences one context may hold (llama.cpp's LLAMA_MAX_SEQ is 256)
@@ -289,7 +293,7 @@ class LlamaModel(ReusesPrefix):
             row += len(tokens)
         return out
 
-    def sequence(self, i: int):
+    def sequence(self, i: int) -> SequenceView:
         """The view of sequence i (0 <= i < n_seq): a LlamaModel for the engine whose
         decodes share one llama_decode with the other sequences' (see parallel)."""
         from .parallel import SequenceView, batcher_of

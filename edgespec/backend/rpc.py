@@ -293,7 +293,7 @@ def run_rpc_worker(
     *,
     n_threads: int | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
-    on_ready=None,
+    on_ready: Callable[[list[DeviceInfo]], None] | None = None,
 ) -> None:
     """Serve llama.cpp's RPC protocol on host:port until interrupted (Ctrl+C), with
     edgespec's kernel settings (the environment set at the top of this module), one

@@ -129,6 +129,7 @@ class LatencyProxy:
         self._thread = threading.Thread(target=self._accept, daemon=True)
 
     def start(self) -> LatencyProxy:
+        """Begin accepting connections (in a daemon thread); returns self."""
         self._thread.start()
         return self
 
@@ -167,6 +168,7 @@ class LatencyProxy:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run a proxy from the command line until interrupted."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--upstream", required=True, help="loopback HOST:PORT to forward to")
     p.add_argument("--delay-ms", type=float, required=True, help="delay in each direction")

@@ -17,9 +17,13 @@ class Vocabulary(Protocol):
 
     path: Path
 
-    def vocab_info(self) -> VocabInfo: ...
+    def vocab_info(self) -> VocabInfo:
+        """Size, special tokens and kind of the vocabulary."""
+        ...
 
-    def token_text(self, token: int) -> str: ...
+    def token_text(self, token: int) -> str:
+        """The text of token (as the vocabulary stores it)."""
+        ...
 
 
 def incompatibility(target: Vocabulary, draft: Vocabulary) -> str | None:

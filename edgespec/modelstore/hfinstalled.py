@@ -56,14 +56,17 @@ class InstalledHfModel:
 
     @property
     def present(self) -> bool:
+        """Whether the whole file is there (verified or not)."""
         return self.state in ("verified", "unverified")
 
     @property
     def path(self) -> Path:
+        """The file (its first part, for a split GGUF)."""
         return self.parts[0] if self.parts else Path()
 
     @property
     def size_on_disk(self) -> int:
+        """Bytes its parts take on disk (parts that vanished count 0)."""
         total = 0
         for p in self.parts:
             with contextlib.suppress(OSError):
