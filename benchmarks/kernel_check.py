@@ -20,6 +20,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 SIZES = (2, 4, 8, 16)
 FILLER = "The quick brown fox jumps over the lazy dog while the cat sleeps in the sun. "
@@ -30,19 +31,12 @@ def measure(model: str, threads: int, depths: list[int]) -> dict:
     from edgespec.backend import LlamaModel
     from edgespec.loading import resolve_model
 
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "device"))
+    from measure import logit_diffs  # the device check's own measurement
+
     path = resolve_model(model)
-    result: dict = {"max_abs_diff": {}, "cost_ratio": {}}
     with LlamaModel(path, n_ctx=2048, n_threads=threads) as m:
-        tokens = m.tokenize(FILLER * 60)
-        for depth in depths:
-            m.reset()
-            m.decode(tokens[:depth], logits="none")
-            single = [m.decode([t])[0].copy() for t in tokens[depth : depth + max(SIZES)]]
-            for k in SIZES:
-                m.truncate(depth)
-                batch = m.decode(tokens[depth : depth + k], logits="all")
-                diff = max(float(abs(batch[i] - single[i]).max()) for i in range(k))
-                result["max_abs_diff"][f"depth={depth},k={k}"] = diff
+        result: dict = {"max_abs_diff": logit_diffs(m, depths, SIZES)["max_abs_diff"]}
     with LlamaModel(path, n_ctx=2048, n_threads=1) as m:
         tokens = m.tokenize(FILLER * 4)
         m.decode(tokens[:32], logits="none")
