@@ -174,3 +174,26 @@ def test_scripts_holds_only_entry_points() -> None:
     files = [p for p in (ROOT / "scripts").iterdir() if p.is_file()]
     assert sum(len(p.read_text().splitlines()) for p in files) <= 600
     assert not [p for p in (ROOT / "scripts").iterdir() if p.is_dir()]
+
+
+def test_every_project_import_names_a_module() -> None:
+    """An import of a moved or deleted module (even one inside a function, which runs
+    only when called) fails here rather than in front of a user."""
+    missing = []
+    for name, path in MODULES.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    modules = [".".join(base + ([node.module] if node.module else []))]
+                else:
+                    modules = [node.module or ""]
+            elif isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            else:
+                continue
+            for module in modules:
+                if module.split(".")[0] in PACKAGES.values() and module not in MODULES:
+                    missing.append(f"{path.relative_to(ROOT)}:{node.lineno} {module}")
+    assert not missing

@@ -180,7 +180,7 @@ class LlamaChatEngine:
         rounds (the rolled-back batches leave the conversation's cache as it was)."""
         if self.drafter is None:
             return None
-        from edgespec.gap_calibration import calibration_note
+        from edgespec.policy import calibration_note
 
         return calibration_note(self.target)
 
