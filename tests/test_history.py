@@ -184,7 +184,8 @@ def test_the_chat_engine_remembers_replies_whichever_drafter(synthetic_models) -
     from edgespec_tui.prompt import ChatMessage
     from edgespec_tui.session import GenerationSettings, LlamaChatEngine, ModelChoice
 
-    choice = ModelChoice(target=str(synthetic_models["target"]), draft="auto", n_ctx=256, threads=1)
+    target = str(synthetic_models["target"])
+    choice = ModelChoice(target=target, draft="auto", n_ctx=256, n_threads=1)
     engine = LlamaChatEngine.load(choice)
     try:
         assert engine.drafter.history is engine.history

@@ -454,7 +454,7 @@ def test_the_chat_app_loads_its_target_through_workers(models, synthetic_models)
     )
     assert args.rpc == list(rpc)
     settings_from_args(args)
-    choice = dict(target=str(synthetic_models["target"]), draft="ngram", n_ctx=512, threads=1)
+    choice = dict(target=str(synthetic_models["target"]), draft="ngram", n_ctx=512, n_threads=1)
     settings = GenerationSettings(gamma=4, temperature=0.0, max_tokens=16)
     messages = [ChatMessage("user", "the cat sat on the mat and the cat sat on the")]
     replies = []

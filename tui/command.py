@@ -10,6 +10,7 @@ from edgespec.commands.options import (
     DEFAULT_CHAT_TARGET,
     add_model_options,
     add_sampling_options,
+    load_options,
 )
 from edgespec.drafting.build import parse_draft_spec
 from edgespec.errors import EdgespecError
@@ -61,16 +62,9 @@ def run(args: argparse.Namespace) -> int:
     from .app import make_app
 
     settings = settings_from_args(args)
-    choice = ModelChoice(
-        target=args.target,
-        draft=args.draft,
-        n_ctx=args.ctx,
-        threads=args.threads,
-        gpu_layers=args.gpu_layers,
-        draft_gpu_layers=args.draft_gpu_layers,
-        rpc=tuple(args.rpc or ()),
-        rpc_timeout=args.rpc_timeout,
-    )
+    options = load_options(args)  # the same model options as every other command
+    options["rpc"] = tuple(options["rpc"] or ())
+    choice = ModelChoice(target=args.target, draft=args.draft, **options)
     # Fetch named models before the app takes the terminal, so download progress
     # shows as plain lines; any error is left for the app to show as a notification.
     for spec in (choice.target, parse_draft_spec(choice.draft).model):

@@ -104,7 +104,7 @@ class ModelChoice:
     target: str
     draft: str = "none"
     n_ctx: int | None = None
-    threads: int | None = None
+    n_threads: int | None = None
     gpu_layers: int = 0
     draft_gpu_layers: int = 0
     rpc: tuple[str, ...] = ()  # llama.cpp RPC workers for the target's layers (--rpc)
@@ -138,7 +138,7 @@ class LlamaChatEngine:
             choice.target,
             choice.draft,
             n_ctx=choice.n_ctx,
-            n_threads=choice.threads,
+            n_threads=choice.n_threads,
             gpu_layers=choice.gpu_layers,
             draft_gpu_layers=choice.draft_gpu_layers,
             rpc=choice.rpc,
@@ -200,7 +200,7 @@ class LlamaChatEngine:
             spec,
             resolve=resolve_model,
             n_ctx=self.target.n_ctx,
-            n_threads=self.choice.threads,
+            n_threads=self.choice.n_threads,
             gpu_layers=self.choice.draft_gpu_layers,
         )
         attach_history(new, self.history)

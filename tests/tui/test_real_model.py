@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.asyncio, pytest.mark.real_model]
 async def test_short_chat_reply_with_the_real_model(real_model_paths, data_dir) -> None:
     path = str(real_model_paths["smollm2-135m-instruct"])
     # smollm2 drafts for itself: same vocabulary, and greedy accepts every draft token
-    choice = ModelChoice(target=path, draft=path, n_ctx=1024, threads=2)
+    choice = ModelChoice(target=path, draft=path, n_ctx=1024, n_threads=2)
     app = make_app(
         partial(LlamaChatEngine.load, choice),
         settings=GenerationSettings(gamma=3, max_tokens=16),
@@ -48,7 +48,7 @@ async def test_short_chat_reply_with_the_real_model(real_model_paths, data_dir) 
 
 async def test_stop_then_continue_keeps_the_caches_consistent(real_model_paths, data_dir) -> None:
     path = str(real_model_paths["smollm2-135m-instruct"])
-    choice = ModelChoice(target=path, draft=path, n_ctx=1024, threads=2)
+    choice = ModelChoice(target=path, draft=path, n_ctx=1024, n_threads=2)
     app = make_app(
         partial(LlamaChatEngine.load, choice),
         settings=GenerationSettings(gamma=3, max_tokens=24),
@@ -85,7 +85,7 @@ async def test_stop_then_continue_keeps_the_caches_consistent(real_model_paths, 
 
 async def test_drafter_choices_of_the_real_engine(real_model_paths) -> None:
     path = str(real_model_paths["smollm2-135m-instruct"])
-    engine = LlamaChatEngine.load(ModelChoice(target=path, draft="none", n_ctx=512, threads=2))
+    engine = LlamaChatEngine.load(ModelChoice(target=path, draft="none", n_ctx=512, n_threads=2))
     try:
         assert engine.info.draft is None
         assert engine.info.drafter_choices == ("none", "ngram", "self")

@@ -11,7 +11,7 @@ from edgespec.drafting.ngram import NgramDrafter
 
 def test_set_drafter_builds_each_choice_and_closes_the_last(synthetic_models) -> None:
     target, draft = synthetic_models["target"], synthetic_models["draft_permuted"]
-    choice = ModelChoice(target=str(target), draft=f"ngram+{draft}", n_ctx=256, threads=1)
+    choice = ModelChoice(target=str(target), draft=f"ngram+{draft}", n_ctx=256, n_threads=1)
     engine = LlamaChatEngine.load(choice)
     try:
         assert engine.info.drafter_choices == ("none", "ngram", "draft_permuted", "self")
@@ -34,7 +34,8 @@ def test_set_drafter_builds_each_choice_and_closes_the_last(synthetic_models) ->
 
 def test_draft_auto_is_the_ngram_choice(synthetic_models) -> None:
     """chat's default --draft auto is the n-gram drafter, and F5 steps on from it."""
-    choice = ModelChoice(target=str(synthetic_models["target"]), draft="auto", n_ctx=256, threads=1)
+    target = str(synthetic_models["target"])
+    choice = ModelChoice(target=target, draft="auto", n_ctx=256, n_threads=1)
     engine = LlamaChatEngine.load(choice)
     try:
         assert isinstance(engine.drafter, NgramDrafter)
