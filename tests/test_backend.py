@@ -82,3 +82,32 @@ def test_context_overflow_is_an_error_not_a_crash(target) -> None:
     with pytest.raises(ContextFullError):
         target.decode([5] * (target.n_ctx + 1), logits="none")
     assert target.tokens == []
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("name", ["gemma-3-270m", "smollm2-135m-instruct"])
+def test_fast_kernels_decode_a_batch(real_model_paths, name: str) -> None:
+    """EDGESPEC_FAST_KERNELS=1 (llama.cpp's own kernels) decodes a 16-token batch: on a
+    CPU with AMX, llama.cpp's AMX repacking crashed it on the first batch of 2+ tokens."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from edgespec.backend import LlamaModel\n"
+        "with LlamaModel(sys.argv[1], n_ctx=256, n_threads=1) as m:\n"
+        "    t = m.tokenize('hello world ' * 10)\n"
+        "    rows = m.decode(t[:16], logits='all')\n"
+        "    print(len(rows))\n"
+    )
+    env = {**os.environ, "EDGESPEC_FAST_KERNELS": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(real_model_paths[name])],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["16"]

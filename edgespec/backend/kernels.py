@@ -9,7 +9,10 @@ Each rounds differently (logits off by up to ~1.5 on Gemma 3 270M). We turn off
 the first two and keep the KV cache in BF16, which the split path does not take;
 BF16 is the models' training precision, with F16's footprint. The cost is within
 the noise here (benchmarks/kernel_check.py). EDGESPEC_FAST_KERNELS=1 restores
-llama.cpp's defaults, for speed over bit-exactness.
+llama.cpp's defaults, for speed over bit-exactness, but for the AMX repacking of
+Intel CPUs that have AMX: its matmul crashes the process on the first batch of two or
+more tokens (llama.cpp issue 20824; Gemma 3 270M and SmolLM2 Q4 models on a Xeon with
+AMX), so there the weights are not repacked at all.
 """
 
 from __future__ import annotations
@@ -19,6 +22,18 @@ import os
 FAST_KERNELS = os.environ.get("EDGESPEC_FAST_KERNELS", "") == "1"
 if not FAST_KERNELS:
     os.environ.setdefault("GGML_CPU_TILED_MM", "0")
+
+
+def _cpu_has_amx() -> bool:
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            return any(line.startswith("flags") and " amx_tile" in line for line in f)
+    except OSError:
+        return False
+
+
+#: weights repacked into llama.cpp's extra buffer types (fast mode, where it is safe)
+REPACK_WEIGHTS = FAST_KERNELS and not _cpu_has_amx()
 
 
 def default_threads() -> int:

@@ -23,7 +23,7 @@ from ..prefix import ReusesPrefix
 from .bindings import ll
 from .compute import ComputeThread, local_compute
 from .gbnf import GrammarMatcher, compile_grammar
-from .kernels import FAST_KERNELS, default_threads
+from .kernels import FAST_KERNELS, REPACK_WEIGHTS, default_threads
 from .log import _failure_reason, _log_tail
 from .rows import decode_rows
 from .rpc import rpc_devices, rpc_worker_lost
@@ -102,7 +102,7 @@ class LlamaModel(ReusesPrefix):
             self._devices = (ctypes.c_void_p * (len(devices) + 1))(*devices, None)
             mparams.devices = ctypes.cast(self._devices, ctypes.c_void_p)
             mparams.n_gpu_layers = n_gpu_layers if n_gpu_layers > 0 else -1  # -1: all
-        mparams.use_extra_bufts = FAST_KERNELS  # weight repacking: see FAST_KERNELS
+        mparams.use_extra_bufts = REPACK_WEIGHTS  # see kernels.py
         _log_tail.clear()
         model = ll.llama_model_load_from_file(str(self.path).encode(), mparams)
         if not model:
