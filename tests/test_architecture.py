@@ -197,3 +197,14 @@ def test_every_project_import_names_a_module() -> None:
                 if module.split(".")[0] in PACKAGES.values() and module not in MODULES:
                     missing.append(f"{path.relative_to(ROOT)}:{node.lineno} {module}")
     assert not missing
+
+
+def test_no_module_over_400_lines() -> None:
+    """Small modules: none in edgespec/, tui/ or the harness over 400 lines."""
+    long = {
+        str(p.relative_to(ROOT)): n
+        for folder in (*PACKAGES, "benchmarks")
+        for p in (ROOT / folder).rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > 400
+    }
+    assert not long

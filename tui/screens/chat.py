@@ -8,7 +8,7 @@ time (loading, a reply, switching drafter). Workers post small messages
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from textual import work
 from textual.app import ComposeResult
@@ -31,10 +31,8 @@ from ..widgets.legend import Legend
 from ..widgets.prompt_input import PromptInput
 from ..widgets.stats_panel import StatsPanel
 from .conversations import ConversationsScreen
+from .settings_actions import AUTO, SettingsActions
 
-MAX_GAMMA = 16
-AUTO = "auto"
-TEMPERATURES = (0.0, 0.3, 0.7, 1.0)
 STOP_WORDS = {
     StopReason.EOG.value: "done",
     StopReason.MAX_TOKENS.value: "max tokens",
@@ -54,7 +52,7 @@ class ChatConfig:
     show_rejected: bool = False
 
 
-class ChatScreen(Screen):
+class ChatScreen(SettingsActions, Screen):
     """Chat with the target model while watching the drafter's proposals being judged."""
 
     BINDINGS = [
@@ -356,60 +354,6 @@ class ChatScreen(Screen):
         self.query_one(PromptInput).focus()
         self.call_after_refresh(chat_log.scroll_end, animate=False)
         self.notify(f"Opened: {conv.title or conv.default_title()}")
-
-    def action_gamma(self, delta: int) -> None:
-        """Draft tokens per round, 0 to 16, from the next reply on.
-
-        From auto, F3 (+1) and F2 (-1) step from the draft length auto used in its
-        last reply (``auto_gamma``, shown as "auto ~N"; 0 before any reply); F2 at 0
-        goes back to auto.
-        """
-        g = self.settings.gamma
-        gamma: int | str
-        if g == AUTO:
-            gamma = max(0, min(MAX_GAMMA, self.auto_gamma + delta))
-        else:
-            stepped = min(int(g), MAX_GAMMA) + delta
-            gamma = AUTO if stepped < 0 else min(stepped, MAX_GAMMA)
-        what = {AUTO: " (chosen each round)", 0: " (plain decoding)"}.get(gamma, "")
-        self._set(replace(self.settings, gamma=gamma), f"gamma = {gamma}{what}")
-
-    def action_temperature(self) -> None:
-        """Cycle the temperature through 0 (greedy), 0.3, 0.7, 1.0."""
-        t = self.settings.temperature
-        nxt = next((x for x in TEMPERATURES if x > t), TEMPERATURES[0])
-        self._set(replace(self.settings, temperature=nxt), f"temperature = {nxt:g}")
-
-    def _set(self, settings: GenerationSettings, what: str) -> None:
-        self.settings = settings
-        self.query_one(StatsPanel).show(settings=settings, note=self._note(what))
-
-    def _note(self, what: str) -> str:
-        # settings changes show in the panel, each replacing the last: toasts piled up
-        # over the panel and the chat at 80x24
-        return what + (" (next reply)" if self.generating else "")
-
-    def action_drafter(self) -> None:
-        """Switch to the next drafter (none, n-gram, the --draft model, the target itself)."""
-        if self.runner.engine is None or self.engine_info is None:
-            self.notify("No model loaded.", severity="warning")
-            return
-        if self.generating:
-            self.notify("Stop the reply first (Esc), then switch drafter.", severity="warning")
-            return
-        choices = list(self.engine_info.drafter_choices)
-        current = self.engine_info.draft or "none"
-        nxt = choices[(choices.index(current) + 1) % len(choices)] if current in choices else "none"
-        self.query_one(StatsPanel).show(status=f"loading drafter {nxt}…")
-        self._switch_drafter(nxt)
-
-    def action_toggle_rejected(self) -> None:
-        """Keep rejected draft tokens visible (for study) or let them fade."""
-        self.show_rejected = not self.show_rejected
-        for msg in self.query(AssistantMessage):
-            msg.show_rejected = self.show_rejected
-        what = "rejected tokens: " + ("kept" if self.show_rejected else "fade out")
-        self.query_one(StatsPanel).show(note=what)
 
     def _save(self) -> None:
         if not self.conversation.messages:
