@@ -140,10 +140,13 @@ def _render(
     bos_token: str,
     eos_token: str,
     add_generation_prompt: bool,
+    tools: list[dict[str, Any]] | None = None,
 ) -> str:
     now = datetime.now()
+    extra = {} if tools is None else {"tools": tools}  # without tools: undefined, as llama.cpp
     try:
         return compiled.render(
+            **extra,
             messages=messages,
             add_generation_prompt=add_generation_prompt,
             bos_token=bos_token,
@@ -218,13 +221,16 @@ def fold_system_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str
 
 def render_chat(
     template: str,
-    messages: Sequence[Mapping[str, str]],
+    messages: Sequence[Mapping[str, Any]],
     *,
     bos_token: str = "",
     eos_token: str = "",
     add_generation_prompt: bool = True,
+    tools: list[dict[str, Any]] | None = None,
 ) -> str:
-    """The prompt text for ``messages`` (dicts with "role" and "content").
+    """The prompt text for ``messages`` (dicts with "role" and "content", and an
+    assistant's ``tool_calls`` or a tool's result where the template renders them);
+    ``tools``: OpenAI tool definitions, given to the template as ``tools``.
 
     System messages are folded into user ones where the template refuses them
     (see the module's docstring). Raises ChatTemplateError when the template
@@ -241,6 +247,7 @@ def render_chat(
         bos_token=bos_token,
         eos_token=eos_token,
         add_generation_prompt=add_generation_prompt,
+        tools=tools,
     )
 
 
@@ -277,7 +284,11 @@ class ChatFormat:
         return cls(template, text(info.bos), text(info.eos), info.add_bos)
 
     def render(
-        self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool = True
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        add_generation_prompt: bool = True,
+        tools: list[dict[str, Any]] | None = None,
     ) -> str:
         """The prompt text for messages, to tokenize with BOS added and specials parsed.
 
@@ -291,6 +302,7 @@ class ChatFormat:
             bos_token=self.bos_token,
             eos_token=self.eos_token,
             add_generation_prompt=add_generation_prompt,
+            tools=tools,
         )
         if self.add_bos and self.bos_token and text.startswith(self.bos_token):
             return text[len(self.bos_token) :]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from .backend import check_gbnf, json_schema_to_gbnf
 from .errors import InvalidParameterError
+from .schema_keywords import unsupported
 
 #: llama.cpp's parse error for a token named by its text, without a vocabulary at hand
 _NEEDS_VOCAB = "no vocab to parse token"
@@ -45,19 +46,29 @@ class Grammar:
         return cls(text, root)
 
     @classmethod
-    def from_json_schema(cls, schema: dict | None) -> Grammar:
+    def from_json_schema(cls, schema: dict | None, *, strict: bool = True) -> Grammar:
         """The grammar of JSON text matching schema (None: any JSON object, as
-        response_format json_object), by llama.cpp's JSON-schema converter."""
+        response_format json_object), by llama.cpp's JSON-schema converter.
+
+        strict: a keyword the grammar cannot enforce (``minimum``, ``not``...) is a
+        GrammarError naming it; otherwise it is left unenforced (a tool's arguments).
+        """
         if schema is None:
             schema = {"type": "object"}
         if not isinstance(schema, dict):
             raise GrammarError(f"a JSON schema must be an object, got {type(schema).__name__}")
+        if strict and (missing := unsupported(schema)):
+            more = f" (and {len(missing) - 3} more)" if len(missing) > 3 else ""
+            raise GrammarError(f"JSON schema keyword not supported: {'; '.join(missing[:3])}{more}")
         try:
             gbnf = json_schema_to_gbnf(json.dumps(schema))
         except RecursionError:
             raise GrammarError("invalid JSON schema: nested too deeply") from None
         except Exception as exc:  # the converter raises what it meets: KeyError, ValueError...
             raise GrammarError(f"invalid JSON schema: {_one_line(_describe(exc))}") from None
+        # the converter's string character admits raw control characters, which JSON
+        # forbids in a string (json.loads refuses them): as llama.cpp's newer converter
+        gbnf = gbnf.replace('char ::= [^"\\\\] |', 'char ::= [^"\\\\\\x7F\\x00-\\x1F] |')
         return cls.from_gbnf(gbnf)
 
 

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..backend import DEFAULT_RPC_TIMEOUT_S, LlamaModel
 from ..chat_template import CHATML, ChatFormat
@@ -224,9 +225,12 @@ class CompletionSession:
             budget=budget,
         )
 
-    def chat_prompt(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
-        """The model's chat template (ChatML without one) applied to messages, tokenized."""
-        return self.text_prompt(self.chat_format.render(messages))
+    def chat_prompt(
+        self, messages: Sequence[Mapping[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> list[int]:
+        """The model's chat template (ChatML without one) applied to messages (and the
+        tool definitions, for a template that renders them), tokenized."""
+        return self.text_prompt(self.chat_format.render(messages, tools=tools))
 
     def _gamma(self) -> int | str | AdaptiveGamma:
         """The gamma for one request: the session's adaptive policy, or the fixed gamma.

@@ -13,6 +13,7 @@ a slot unchecked.
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import sys
 import time
@@ -28,6 +29,8 @@ from ..completion.session import (
     CompletionSession,
 )
 from ..errors import InvalidParameterError, RpcWorkerLost
+from ..tools.formats import GENERIC, detect, template_messages
+from ..tools.grammar import tool_grammar
 from .errors import ApiError, bad_request, from_exception
 from .extras import detokenize, props, tokenize
 from .fields import parse_json
@@ -277,15 +280,23 @@ class Handler(JsonHandler):
     def _chat(self) -> None:
         call = parse_chat(parse_json(self._raw))
         s = self.server.session
+        fmt = detect(s.chat_format.template)
+        messages = template_messages(call.messages, fmt, call.tools)
+        opts, tools = call.opts, None
+        if call.tools is not None:
+            opts = dataclasses.replace(opts, grammar=tool_grammar(call.tools, fmt))
+            if fmt != GENERIC:  # the template renders the tools itself
+                tools = [t.openai() for t in call.tools.offered()]
         self._generate(
-            lambda: (s.chat_prompt(call.messages), None, {}),
-            call.opts,
+            lambda: (s.chat_prompt(messages, tools), None, {}),
+            opts,
             "messages",
             OpenAIFormat(
                 s,
                 chat=True,
-                include_usage=call.opts.include_usage,
-                logprobs=call.opts.logprobs is not None,
+                include_usage=opts.include_usage,
+                logprobs=opts.logprobs is not None,
+                tools=None if call.tools is None else (call.tools, fmt),
             ),
         )
 

@@ -134,7 +134,9 @@ def generate(
             handler._sse(first)
         for item in items:
             if isinstance(item, str):
-                handler._sse(fmt.chunk(item))
+                chunk = fmt.chunk(item)
+                if chunk is not None:
+                    handler._sse(chunk)
             else:
                 for chunk in fmt.last_chunks(item):
                     handler._sse(chunk)

@@ -19,10 +19,12 @@ from ..errors import InvalidParameterError
 from ..grammar import Grammar
 from ..params import check_max_tokens
 from ..sampling import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingParams
+from ..tools import ToolRequest
 from .errors import bad_request
 from .fields import Fields
 from .sampling_fields import parse_grammar, parse_logprobs, parse_penalties, parse_samplers
-from .unsupported import refuse_unsupported, unsupported
+from .tool_fields import parse_tool_request, tool_calls_of, tool_result_of
+from .unsupported import refuse_unsupported
 
 UNLIMITED = 1 << 30  # max_tokens meaning "up to the context"; the session caps it
 
@@ -60,7 +62,8 @@ class ChatCall:
     """POST /v1/chat/completions."""
 
     opts: Options
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
+    tools: ToolRequest | None = None  # tools the model may (or must) call
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,7 @@ class InfillCall:
 
 def _options(f: Fields, max_tokens: int, kind: str) -> Options:
     """The fields every endpoint shares; kind: "chat", "completions" or "llama" (/infill)."""
-    refuse_unsupported(f.data)
+    refuse_unsupported(f.data, chat=kind == "chat")
     # llama.vim sends t_max_prompt_ms; llama-server does not implement it either
     # (server-schema.cpp: "TODO: implement t_max_prompt_ms"). Checked, then unused.
     f.integer("t_max_prompt_ms", 0, minimum=-1)
@@ -163,7 +166,8 @@ def parse_chat(data: dict[str, Any]) -> ChatCall:
     messages = data.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad_request("'messages' must be a non-empty list", param="messages")
-    out = []
+    out: list[dict[str, Any]] = []
+    calls: dict[str, str] = {}  # the conversation's tool call ids -> tool names
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
             raise bad_request(f"'messages[{i}]' must be an object", param=f"messages[{i}]")
@@ -171,10 +175,23 @@ def parse_chat(data: dict[str, Any]) -> ChatCall:
         role = mf.string("role", None)
         if not role:
             raise mf._bad("role", "is required")
-        if m.get("tool_calls"):
-            raise unsupported(f"messages[{i}].tool_calls")
-        out.append({"role": role, "content": _content(mf, m.get("content"))})
-    return ChatCall(_options(f, max_tokens, "chat"), out)
+        message: dict[str, Any] = {"role": role}
+        if role == "tool":
+            message = tool_result_of(m, f"messages[{i}]", calls)
+        elif m.get("tool_calls"):
+            if role != "assistant":
+                raise mf._bad("tool_calls", "are an assistant's")
+            message["tool_calls"] = tool_calls_of(m, f"messages[{i}]", calls)
+        message["content"] = _content(mf, m.get("content"))
+        out.append(message)
+    tools = parse_tool_request(data)
+    opts = _options(f, max_tokens, "chat")
+    if tools is not None and opts.grammar is not None:
+        raise bad_request(
+            "'tools' cannot be combined with a grammar, json_schema or response_format",
+            param="tools",
+        )
+    return ChatCall(opts, out, tools)
 
 
 def _content(mf: Fields, content: Any) -> str:

@@ -16,6 +16,8 @@ from typing import Any, Protocol
 from .. import __version__
 from ..completion.session import CompletionResult, CompletionSession
 from ..events import Stats
+from ..tools import ToolCall, ToolRequest
+from ..tools.formats import parse_reply
 from .logprobs import Pieces, content, legacy
 
 #: What OpenAI's ``system_fingerprint`` says (llama-server sends its build): this build.
@@ -110,8 +112,8 @@ class ResponseFormat(Protocol):
         """What a stream opens with, if anything."""
         ...
 
-    def chunk(self, text: str) -> dict[str, Any]:
-        """A streamed piece of text."""
+    def chunk(self, text: str) -> dict[str, Any] | None:
+        """A streamed piece of text (None: nothing to send for it yet)."""
         ...
 
     def last_chunks(self, outcome: Outcome) -> list[dict[str, Any] | str]:
@@ -130,8 +132,11 @@ class OpenAIFormat:
         include_usage: bool = False,
         logprobs: bool = False,
         text_offset: int = 0,
+        tools: tuple[ToolRequest, str] | None = None,
     ) -> None:
         self.session = session
+        self.tools = tools  # the request's tools and the model's call format: replies parsed
+        self._held: list[str] = []  # a tool request's streamed text, held until it is read
         self.logprobs = logprobs  # the choice carries logprobs (a stream's: its last chunk)
         self.text_offset = text_offset  # a text completion's first text_offset
         self.prompt_tokens = 0
@@ -180,11 +185,15 @@ class OpenAIFormat:
         """The non-streaming response."""
         result = outcome.result
         if self.chat:
+            content, calls = self._reply(result.text)
+            message: dict[str, Any] = {"role": "assistant", "content": content}
+            if calls:
+                message["tool_calls"] = [c.openai() for c in calls]
             choice = {
                 "index": 0,
-                "message": {"role": "assistant", "content": result.text},
+                "message": message,
                 "logprobs": None,
-                "finish_reason": outcome.finish_reason,
+                "finish_reason": "tool_calls" if calls else outcome.finish_reason,
             }
         else:
             choice = self._choice(result.text, outcome.finish_reason)
@@ -200,10 +209,39 @@ class OpenAIFormat:
             return None
         return self._envelope("chat.completion.chunk", [self._choice(None, None, first=True)])
 
-    def chunk(self, text: str) -> dict[str, Any]:
-        """A streamed piece of text."""
+    def _reply(self, text: str) -> tuple[str | None, list[ToolCall]]:
+        """(content, tool calls) of a reply: calls only where the request had tools."""
+        if self.tools is None:
+            return text, []
+        request, fmt = self.tools
+        return parse_reply(text, fmt, request.offered())
+
+    def chunk(self, text: str) -> dict[str, Any] | None:
+        """A streamed piece of text (None: held back, since a reply that may call a
+        tool is sent once it is read, as content or as tool-call deltas)."""
+        if self.tools is not None:
+            self._held.append(text)
+            return None
         obj = "chat.completion.chunk" if self.chat else "text_completion"
         return self._envelope(obj, [self._choice(text, None)])
+
+    def _held_chunks(self) -> tuple[list[dict[str, Any]], bool]:
+        """The held reply as chunks (content, or one tool-call delta per call), and
+        whether it called a tool."""
+        if self.tools is None:
+            return [], False
+        content, calls = self._reply("".join(self._held))
+        obj = "chat.completion.chunk"
+        if not calls:
+            return ([self._envelope(obj, [self._choice(content, None)])] if content else []), False
+        out = []
+        if content:
+            out.append(self._envelope(obj, [self._choice(content, None)]))
+        for i, call in enumerate(calls):
+            choice = self._choice(None, None)
+            choice["delta"] = {"tool_calls": [call.openai(index=i)]}
+            out.append(self._envelope(obj, [choice]))
+        return out, True
 
     def last_chunks(self, outcome: Outcome) -> list[dict[str, Any] | str]:
         """The finish_reason chunk (with timings), the usage chunk if asked, and [DONE].
@@ -215,13 +253,14 @@ class OpenAIFormat:
         """
         result = outcome.result
         obj = "chat.completion.chunk" if self.chat else "text_completion"
-        choice = self._choice(None, outcome.finish_reason)
+        held, called = self._held_chunks()
+        choice = self._choice(None, "tool_calls" if called else outcome.finish_reason)
         choice["logprobs"] = self._logprobs(outcome)
         last = self._envelope(obj, [choice])
         if not self.chat:
             last["usage"] = usage(self.prompt_tokens, result)
         last["timings"] = {**timings(result.stats, self.session, result), **self.extra}
-        out: list[dict[str, Any] | str] = [last]
+        out: list[dict[str, Any] | str] = [*held, last]
         if self.include_usage:
             u = self._envelope(obj, [])
             u["usage"] = usage(self.prompt_tokens, result)

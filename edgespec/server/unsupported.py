@@ -1,7 +1,7 @@
 """Request fields edgespec does not implement: a 400 naming the field, never silence.
 
 OpenAI's and llama-server's APIs have many fields edgespec has no counterpart
-for (tools, logit bias, mirostat, ...). A request that sends one with a value
+for (legacy functions, logit bias, mirostat, ...). A request that sends one with a value
 that asks for something gets a 400 naming it; the same field with its neutral
 value (what asks for nothing: ``tools: []``, ``presence_penalty: 0``,
 ``logit_bias: {}``, ``mirostat: 0``) is accepted, since clients send defaults.
@@ -78,9 +78,16 @@ NEUTRAL: dict[str, Neutral] = {
 }
 
 
-def refuse_unsupported(body: Mapping[str, Any]) -> None:
-    """A 400 for the first field of body edgespec cannot honour."""
+#: what /v1/chat/completions implements (edgespec/tools): refused on the other endpoints
+CHAT_ONLY = ("tools", "tool_choice", "parallel_tool_calls")
+
+
+def refuse_unsupported(body: Mapping[str, Any], *, chat: bool = False) -> None:
+    """A 400 for the first field of body edgespec cannot honour (chat: the tool fields
+    are checked by edgespec.server.tool_fields instead)."""
     for name, neutral in NEUTRAL.items():
+        if chat and name in CHAT_ONLY:
+            continue
         v = body.get(name)
         if v is not None and not neutral(v, body):
             raise unsupported(name)

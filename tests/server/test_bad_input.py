@@ -19,6 +19,21 @@ from edgespec.completion.session import CompletionSession, load_session
 from tests.server.conftest import API_KEY, Running, start
 
 C, CHAT, INFILL = "/v1/completions", "/v1/chat/completions", "/infill"
+U = [{"role": "user", "content": "x"}]
+
+
+def _tool(name: str, parameters: Any = None) -> dict[str, Any]:
+    fn = {"name": name} if parameters is None else {"name": name, "parameters": parameters}
+    return {"type": "function", "function": fn}
+
+
+def _call(arguments: str) -> dict[str, Any]:
+    return {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": arguments}}
+
+
+TOOL = _tool("f")
+CALL = _call("{}")
+NAMED_G = {"type": "function", "function": {"name": "g"}}
 BAD = [
     # (path, body, status, param or code)
     (C, b"{not json", 400, "invalid_json"),
@@ -64,33 +79,106 @@ BAD = [
     (C, {"prompt": "x", "t_max_predict_ms": "soon"}, 400, "t_max_predict_ms"),
     (C, {"prompt": "x", "cache_prompt": 1}, 400, "cache_prompt"),
     (C, {"prompt": "x", "ignore_eos": True}, 400, "ignore_eos"),
+    # tools: a 400 naming the field (docs/tools.md)
+    (C, {"prompt": "x", "tools": [TOOL]}, 400, "tools"),
+    (CHAT, {"messages": U, "tool_choice": "required"}, 400, "tool_choice"),
+    (CHAT, {"messages": U, "tools": {"f": TOOL}}, 400, "tools"),
+    (CHAT, {"messages": U, "tools": [{"type": "function"}]}, 400, "tools[0].function"),
+    (CHAT, {"messages": U, "tools": [{"function": {}}]}, 400, "tools[0].function.name"),
+    (CHAT, {"messages": U, "tools": [_tool("a b")]}, 400, "tools[0].function.name"),
+    (CHAT, {"messages": U, "tools": [TOOL, TOOL]}, 400, "tools[1].function.name"),
+    (CHAT, {"messages": U, "tools": [_tool("f", [1])]}, 400, "tools[0].function.parameters"),
+    (
+        CHAT,
+        {"messages": U, "tools": [_tool("f", {"type": "string"})]},
+        400,
+        "tools[0].function.parameters",
+    ),
+    (CHAT, {"messages": U, "tools": [TOOL], "tool_choice": "always"}, 400, "tool_choice"),
+    (
+        CHAT,
+        {"messages": U, "tools": [TOOL], "tool_choice": NAMED_G},
+        400,
+        "tool_choice.function.name",
+    ),
+    (
+        CHAT,
+        {"messages": U, "tools": [TOOL], "parallel_tool_calls": "yes"},
+        400,
+        "parallel_tool_calls",
+    ),
+    (
+        CHAT,
+        {"messages": U, "tools": [TOOL], "response_format": {"type": "json_object"}},
+        400,
+        "tools",
+    ),
+    (
+        CHAT,
+        {"messages": [{"role": "assistant", "content": None, "tool_calls": [{"id": "1"}]}]},
+        400,
+        "messages[0].tool_calls[0]",
+    ),
+    (
+        CHAT,
+        {"messages": [{"role": "assistant", "tool_calls": {"id": "1"}}]},
+        400,
+        "messages[0].tool_calls",
+    ),
+    (CHAT, {"messages": [{"role": "user", "tool_calls": [CALL]}]}, 400, "messages[0].tool_calls"),
+    (
+        CHAT,
+        {"messages": [{"role": "assistant", "tool_calls": [{**CALL, "id": ""}]}]},
+        400,
+        "messages[0].tool_calls[0].id",
+    ),
+    (
+        CHAT,
+        {"messages": [{"role": "assistant", "tool_calls": [_call("{oops")]}]},
+        400,
+        "messages[0].tool_calls[0].function.arguments",
+    ),
+    (
+        CHAT,
+        {"messages": [{"role": "assistant", "tool_calls": [_call("[1]")]}]},
+        400,
+        "messages[0].tool_calls[0].function.arguments",
+    ),
+    (
+        CHAT,
+        {"messages": [*U, {"role": "tool", "tool_call_id": "nope", "content": "r"}]},
+        400,
+        "messages[1].tool_call_id",
+    ),
     (
         CHAT,
         {
-            "messages": [{"role": "user", "content": "x"}],
-            "tools": [{"type": "function", "function": {"name": "f"}}],
+            "messages": [
+                {"role": "assistant", "tool_calls": [CALL]},
+                {"role": "tool", "tool_call_id": "other", "content": "r"},
+            ]
         },
         400,
-        "tools",
-    ),  # fmt: skip
+        "messages[1].tool_call_id",
+    ),
     (
         CHAT,
-        {"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"},
+        {
+            "messages": U,
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "n", "schema": {"type": "integer", "minimum": 0}},
+            },
+        },
         400,
-        "tool_choice",
-    ),  # fmt: skip
+        "response_format",
+    ),
     (CHAT, {"messages": [{"role": "user", "content": "x"}], "logprobs": "yes"}, 400, "logprobs"),
     (
         CHAT,
         {"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2},
         400,
         "top_logprobs",
-    ),  # fmt: skip
-    (
-        CHAT,
-        {"messages": [{"role": "assistant", "content": None, "tool_calls": [{"id": "1"}]}]},
-        400,
-        "messages[0].tool_calls",
     ),  # fmt: skip
     (INFILL, {"input_prefix": "x", "response_fields": "content"}, 400, "response_fields"),
     (INFILL, {"input_prefix": "x", "n_probs": -1}, 400, "n_probs"),
