@@ -23,6 +23,7 @@ ABOVE_CORE = (
     "edgespec.completion",
     "edgespec.modelstore",
     "edgespec.loading",
+    "edgespec.tools",
     "edgespec_tui",
 )
 
