@@ -64,7 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--max-queue",
         type=int,
         default=DEFAULT_MAX_QUEUE,
-        help=f"requests that may wait for a slot; more get 503 with Retry-After "
+        help=f"requests that may wait for a slot; more get 429 with Retry-After "
         f"(default {DEFAULT_MAX_QUEUE})",
     )
     p.add_argument(

@@ -1,7 +1,7 @@
 """From a parsed request to its answer: a job on a slot, then JSON or a stream.
 
 The handler (edgespec.server.app) has parsed and checked the request and chosen the
-protocol's format; this builds the prompt, submits the job to the scheduler (a 503
+protocol's format; this builds the prompt, submits the job to the scheduler (a 429
 with Retry-After when its queue is full), and answers as the job's items arrive,
 cancelling it when the client goes away.
 """
@@ -95,11 +95,11 @@ def generate(
         )
     except QueueFull as e:
         retry = handler.server.scheduler.retry_after()
-        raise ApiError(
-            503,
+        raise ApiError(  # 429, as OpenAI's overload: clients back off by Retry-After
+            429,
             f"the server is busy ({e}); try again in {retry} s",
-            kind="server_error",
-            code="unavailable",
+            kind="rate_limit_error",
+            code="queue_full",
             headers={"Retry-After": str(retry)},
         ) from None
     items = job.items(poll=handler._client_gone)

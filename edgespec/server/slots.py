@@ -9,7 +9,7 @@ own model is used as it is (the serial server of earlier versions).
 
 HTTP handler threads submit a job (a function of the slot's CompletionSession
 that yields results) and read its output from a queue. When every slot is busy,
-jobs wait in a bounded queue (a full one refuses: ``QueueFull``, a 503 with
+jobs wait in a bounded queue (a full one refuses: ``QueueFull``, a 429 with
 Retry-After), code completions (/infill, FIM) before other requests, then in
 arrival order. A free slot takes the job whose prompt shares the longest prefix
 with what its KV cache holds, as llama-server's slot selection does, so an
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 Work = Callable[["CompletionSession", Callable[[], bool]], Iterable[Any]]
 
 _ITEM, _ERROR, _END = "item", "error", "end"
-#: Jobs that may wait for a slot before the server answers 503.
+#: Jobs that may wait for a slot before the server answers 429.
 DEFAULT_MAX_QUEUE = 32
 #: Priorities: code completions (an editor waits on each keystroke) before the rest ...
 PRIORITY_CODE, PRIORITY_OTHER = 0, 1

@@ -3,7 +3,7 @@
 Outputs equal the serial server's plain decoding (on Gemma 3 270M, where edgespec's
 kernels are batch-invariant; the synthetic models' F32 weights are not, by ~3e-6, so
 their near-ties can flip with the batch); clients that leave mid-stream free their
-slot while the others go on; a full queue answers 503 with Retry-After; /slots,
+slot while the others go on; a full queue answers 429 with Retry-After; /slots,
 /health and /metrics show the slots.
 """
 
@@ -153,7 +153,7 @@ def test_slots_health_and_metrics_show_the_slots(parallel_server: Running) -> No
     assert f'edgespec_slot_cached_tokens{{slot="0"}} {cached[0]}' in text
 
 
-def test_a_full_queue_answers_503_with_retry_after(synthetic_models: dict[str, Path]) -> None:
+def test_a_full_queue_answers_429_with_retry_after(synthetic_models: dict[str, Path]) -> None:
     session = load_session(str(synthetic_models["target_fim"]), "ngram", gamma=4, n_ctx=512)
     running = start(session, max_queue=1)
     gate, started = threading.Event(), threading.Event()
@@ -178,9 +178,9 @@ def test_a_full_queue_answers_503_with_retry_after(synthetic_models: dict[str, P
         )
         resp = conn.getresponse()
         body = json.loads(resp.read())
-        assert resp.status == 503
+        assert resp.status == 429
         assert int(resp.getheader("Retry-After")) >= 1
-        assert body["error"]["code"] == "unavailable"
+        assert body["error"]["code"] == "queue_full"
         assert running.health()["refused"] == 1
         gate.set()
         list(job.items())
