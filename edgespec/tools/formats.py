@@ -13,6 +13,7 @@ As llama.cpp's ``common/chat.cpp`` recognises them, by what the template writes:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import uuid
@@ -25,8 +26,16 @@ HERMES, MISTRAL, LLAMA3, GENERIC = "hermes", "mistral", "llama3", "generic"
 
 
 def detect(template: str) -> str:
-    """The tool-call format a chat template uses (``generic`` where it knows none)."""
+    """The tool-call format a chat template uses (``generic`` where it knows none).
+
+    A native format is used only where the template writes earlier calls in exactly
+    that syntax; a template whose calls use another one (Qwen3-Coder's and GLM's XML
+    arguments, Mistral's ``[ARGS]``, Apriel's ``<tool_calls>``, functionary's
+    ``<function=...>``) gets the generic form, which any template renders.
+    """
     if "tools" not in template and "tool_call" not in template:
+        return GENERIC
+    if any(marker in template for marker in _OTHER_SYNTAX):
         return GENERIC
     if "<tool_call>" in template:
         return HERMES
@@ -35,6 +44,10 @@ def detect(template: str) -> str:
     if "<|start_header_id|>" in template and "ipython" in template:
         return LLAMA3
     return GENERIC
+
+
+#: what templates write for call syntaxes edgespec has no parser and grammar for
+_OTHER_SYNTAX = ("<function=", "<parameter", "<arg_key>", "<invoke", "[ARGS]", "<tool_calls>")
 
 
 def new_call_id() -> str:
@@ -63,10 +76,13 @@ def template_messages(
 ) -> list[dict[str, Any]]:
     """messages (already checked, calls' arguments as objects) as the template gets them.
 
-    A template with a tool format renders tool calls and results itself. For the
+    A template with a tool format renders tool calls and results itself (Mistral's
+    with call ids of 9 letters or digits, as its templates insist). For the
     generic form, calls become the assistant's JSON, results user messages, and the
     tools' description the system message (before any of the conversation's own).
     """
+    if fmt == MISTRAL:
+        return [_mistral_ids(m) for m in messages]
     if fmt != GENERIC:
         return [dict(m) for m in messages]
     out: list[dict[str, Any]] = []
@@ -93,6 +109,27 @@ def template_messages(
             out[0] = {"role": "system", "content": prompt + "\n\n" + out[0]["content"]}
         else:
             out.insert(0, {"role": "system", "content": prompt})
+    return out
+
+
+def mistral_call_id(call_id: str) -> str:
+    """call_id as Mistral's templates require it (9 letters or digits): kept where it
+    is one, else a stable digest of it, so that a call and its result still match."""
+    if re.fullmatch(r"[A-Za-z0-9]{9}", call_id):
+        return call_id
+    digest = hashlib.sha256(call_id.encode()).digest()
+    return "".join(_ALNUM[b % len(_ALNUM)] for b in digest[:9])
+
+
+_ALNUM = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+
+def _mistral_ids(m: dict[str, Any]) -> dict[str, Any]:
+    out = dict(m)
+    if m.get("tool_calls"):
+        out["tool_calls"] = [{**c, "id": mistral_call_id(c["id"])} for c in m["tool_calls"]]
+    if m.get("role") == "tool" and "tool_call_id" in m:
+        out["tool_call_id"] = mistral_call_id(m["tool_call_id"])
     return out
 
 
