@@ -91,7 +91,7 @@ def serve(model: str, draft: str | None, threads: int) -> tuple[EdgespecServer, 
     return server, OpenAI(base_url=f"http://{host}:{port}/v1", api_key="x", max_retries=0)
 
 
-def validity(client: OpenAI, model: str, n: int) -> dict[str, int]:
+def validity(client: OpenAI, model: str, n: int, max_tokens: int) -> dict[str, int]:
     """n sampled required calls and n sampled json_schema outputs, counted."""
     out = dict.fromkeys(("calls_parsed", "calls_valid", "calls_cut", "json_valid", "json_cut"), 0)
     schemas = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
@@ -101,7 +101,7 @@ def validity(client: OpenAI, model: str, n: int) -> dict[str, int]:
         tools = TOOLS[i % 2 :] if i % 3 else TOOLS
         r = client.chat.completions.create(model=model, messages=ask, tools=tools,
                                            tool_choice="required", temperature=1.0, seed=i,
-                                           max_tokens=160)  # fmt: skip
+                                           max_tokens=max_tokens)  # fmt: skip
         calls = r.choices[0].message.tool_calls or []
         out["calls_cut"] += r.choices[0].finish_reason == "length"
         if calls:
@@ -114,7 +114,8 @@ def validity(client: OpenAI, model: str, n: int) -> dict[str, int]:
                 pass
         movie = [{"role": "user", "content": f"Describe a {('book', 'film', 'song')[i % 3]}."}]
         r = client.chat.completions.create(model=model, messages=movie, response_format=fmt,
-                                           temperature=1.0, seed=i, max_tokens=160)  # fmt: skip
+                                           temperature=1.0, seed=i,
+                                           max_tokens=max_tokens)  # fmt: skip
         out["json_cut"] += r.choices[0].finish_reason == "length"
         try:
             jsonschema.validate(json.loads(r.choices[0].message.content), SCHEMA)
@@ -154,6 +155,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--speed-reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--max-tokens", type=int, default=512, help="per validity request")
     args = ap.parse_args()
     for model in args.models.split(","):
         servers = {
@@ -162,7 +164,7 @@ def main() -> None:
         clients = {k: c for k, (_, c) in servers.items()}
         row: dict[str, Any] = {"model": model, "n": args.calls}
         if args.calls:
-            row.update(validity(clients["ngram"], model, args.calls))
+            row.update(validity(clients["ngram"], model, args.calls, args.max_tokens))
         if args.speed_reps:
             row["copying"] = speed(clients, model, COPY, args.speed_reps)
             row["fresh"] = speed(clients, model, FRESH, args.speed_reps)

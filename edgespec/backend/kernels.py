@@ -8,11 +8,12 @@ token over an F16 KV cache of 512+ cells, flash attention split across threads.
 Each rounds differently (logits off by up to ~1.5 on Gemma 3 270M). We turn off
 the first two and keep the KV cache in BF16, which the split path does not take;
 BF16 is the models' training precision, with F16's footprint. The cost is within
-the noise here (benchmarks/kernel_check.py). EDGESPEC_FAST_KERNELS=1 restores
-llama.cpp's defaults, for speed over bit-exactness, but for the AMX repacking of
-Intel CPUs that have AMX: its matmul crashes the process on the first batch of two or
-more tokens (llama.cpp issue 20824; Gemma 3 270M and SmolLM2 Q4 models on a Xeon with
-AMX), so there the weights are not repacked at all.
+the noise here (benchmarks/kernel_check.py). Sliding-window layers keep every cell
+for the same reason (see LlamaModel). EDGESPEC_FAST_KERNELS=1 restores llama.cpp's
+defaults (F16 cache, window-sized SWA cache), for speed over bit-exactness, but
+for the AMX repacking of Intel CPUs that have AMX: its matmul crashes the process on
+the first batch of two or more tokens (llama.cpp issue 20824; Gemma 3 270M and
+SmolLM2 Q4 models on a Xeon with AMX), so there the weights are not repacked at all.
 """
 
 from __future__ import annotations

@@ -127,9 +127,12 @@ class LlamaModel(ReusesPrefix):
         cparams.kv_unified = False  # a KV stream per sequence: see edgespec.backend.parallel
         cparams.n_threads = self.n_threads
         cparams.n_threads_batch = self.n_threads
-        # A sliding-window cache evicts old cells, so a rollback could need tokens it
-        # already dropped. A full-size SWA cache keeps every cell and rolls back exactly.
-        cparams.swa_full = ll.llama_model_n_swa(model) > 0
+        # A sliding-window layer keeps every cell. llama.cpp's default (FAST_KERNELS) keeps
+        # n_swa + n_ubatch cells in a ring: cheaper at depth, but a rollback across the
+        # ring's end puts the next token in another cell than plain decoding does, and
+        # attention sums its cells in a different order (docs/benchmarks.md, "Plain
+        # decoding at depth"); see rolled_back for what a deeper rollback must find.
+        cparams.swa_full = not FAST_KERNELS and ll.llama_model_n_swa(model) > 0
         cparams.no_perf = True
         if not FAST_KERNELS and (n_gpu_layers == 0 or self.rpc):  # (CPU workers)
             cparams.type_k = cparams.type_v = GGML_TYPE_BF16  # see FAST_KERNELS
@@ -140,6 +143,8 @@ class LlamaModel(ReusesPrefix):
             raise ModelLoadError(f"cannot create a context for {self.path.name}: {reason}")
         self._ctx = ctx
         self._mem = ll.llama_get_memory(ctx)
+        #: the window a sliding-window layer's cache keeps (0: it keeps every cell)
+        self.n_swa = 0 if cparams.swa_full else ll.llama_model_n_swa(model)
         self.n_ctx = ll.llama_n_ctx_seq(ctx)  # what one sequence holds
         self.n_seq = n_seq
         # llama.cpp caps the batch at the context size: chunk by what it enforces
@@ -337,17 +342,30 @@ class LlamaModel(ReusesPrefix):
         self._check_workers()
         if n < 0:
             raise BackendError(f"cannot truncate to {n} tokens")
-        ok = ll.llama_memory_seq_rm(self._mem, 0, n, -1)
-        pos_max = ll.llama_memory_seq_pos_max(self._mem, 0)
-        if ok and pos_max == n - 1:
+        if self.rolled_back(0, n):
             del self.tokens[n:]
             return
-        # Partial removal refused (recurrent/hybrid memory): rebuild from the prefix.
         keep = self.tokens[:n]
         self.reset()
         self.redecodes += 1
         if keep:
             self.decode(keep, logits="none")
+
+    def rolled_back(self, seq_id: int, n: int) -> bool:
+        """Drop seq_id's cells from position n on; False if what is left cannot go on
+        from n, and the caller must rebuild the first n tokens by decoding them.
+
+        Recurrent or hybrid memory may refuse a partial removal. A window-sized SWA
+        cache reuses cells that fell out of the window, so a rollback deeper than the
+        last batch may find the window before n gone; as llama-server does, its oldest
+        kept position must be no later than n - n_swa (the window of the token at n).
+        """
+        mem = self._mem
+        if not ll.llama_memory_seq_rm(mem, seq_id, n, -1):
+            return False
+        if ll.llama_memory_seq_pos_max(mem, seq_id) != n - 1:
+            return False
+        return not self.n_swa or ll.llama_memory_seq_pos_min(mem, seq_id) <= max(0, n - self.n_swa)
 
     def reset(self) -> None:
         """Empty the KV cache."""

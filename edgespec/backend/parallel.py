@@ -355,14 +355,12 @@ class SequenceView(ReusesPrefix):
             return
         if n < 0:
             raise BackendError(f"cannot truncate to {n} tokens")
-        mem = self.model._mem
         with self.batcher.exclusive():
-            ok = ll.llama_memory_seq_rm(mem, self.seq_id, n, -1)
-            pos_max = ll.llama_memory_seq_pos_max(mem, self.seq_id)
-        if ok and pos_max == n - 1:
+            kept = self.model.rolled_back(self.seq_id, n)
+        if kept:
             del self.tokens[n:]
             return
-        keep = self.tokens[:n]  # partial removal refused (recurrent memory): rebuild
+        keep = self.tokens[:n]  # see LlamaModel.rolled_back: rebuild
         self.reset()
         self.redecodes += 1
         if keep:
