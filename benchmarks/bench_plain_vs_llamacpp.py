@@ -13,12 +13,12 @@ split the difference into its causes:
   attention, a sliding-window cache of window + ubatch cells); the baseline.
 - ``llama-exact``: llama-bench with edgespec's kernel settings: what the kernels cost
   in llama.cpp itself.
-- ``edgespec-fast``: edgespec with EDGESPEC_FAST_KERNELS=1 (llama.cpp's kernels, still a
-  full-size sliding-window cache): what is left is edgespec's loop and that cache.
+- ``edgespec-fast``: edgespec with EDGESPEC_FAST_KERNELS=1 (llama.cpp's kernels, F16
+  cache and window-sized sliding-window cache): what is left is edgespec's own loop.
 
     .venv/bin/python benchmarks/bench_plain_vs_llamacpp.py \
         --llama-bench /tmp/llama-bin/llama-bench \
-        --model gemma-3-270m --threads 1,2 --depths 0,900,2000 --reps 3 --json plain-depth.json
+        --model gemma-3-270m --threads 1,2 --depths 0,2000,8000,16000 --reps 2 --json out.json
 """
 
 from __future__ import annotations
