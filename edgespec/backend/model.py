@@ -127,11 +127,9 @@ class LlamaModel(ReusesPrefix):
         cparams.kv_unified = False  # a KV stream per sequence: see edgespec.backend.parallel
         cparams.n_threads = self.n_threads
         cparams.n_threads_batch = self.n_threads
-        # A sliding-window layer keeps every cell. llama.cpp's default (FAST_KERNELS) keeps
-        # n_swa + n_ubatch cells in a ring: cheaper at depth, but a rollback across the
-        # ring's end puts the next token in another cell than plain decoding does, and
-        # attention sums its cells in a different order (docs/benchmarks.md, "Plain
-        # decoding at depth"); see rolled_back for what a deeper rollback must find.
+        # Sliding-window layers keep every cell. llama.cpp's ring of n_swa + n_ubatch cells
+        # (FAST_KERNELS) is cheaper at depth, but after a rollback across its end the next
+        # token lands in another cell than in plain decoding: another summation order.
         cparams.swa_full = not FAST_KERNELS and ll.llama_model_n_swa(model) > 0
         cparams.no_perf = True
         if not FAST_KERNELS and (n_gpu_layers == 0 or self.rpc):  # (CPU workers)
@@ -143,8 +141,7 @@ class LlamaModel(ReusesPrefix):
             raise ModelLoadError(f"cannot create a context for {self.path.name}: {reason}")
         self._ctx = ctx
         self._mem = ll.llama_get_memory(ctx)
-        #: the window a sliding-window layer's cache keeps (0: it keeps every cell)
-        self.n_swa = 0 if cparams.swa_full else ll.llama_model_n_swa(model)
+        self.n_swa = 0 if cparams.swa_full else ll.llama_model_n_swa(model)  # ring: window
         self.n_ctx = ll.llama_n_ctx_seq(ctx)  # what one sequence holds
         self.n_seq = n_seq
         # llama.cpp caps the batch at the context size: chunk by what it enforces
@@ -352,20 +349,15 @@ class LlamaModel(ReusesPrefix):
             self.decode(keep, logits="none")
 
     def rolled_back(self, seq_id: int, n: int) -> bool:
-        """Drop seq_id's cells from position n on; False if what is left cannot go on
-        from n, and the caller must rebuild the first n tokens by decoding them.
-
-        Recurrent or hybrid memory may refuse a partial removal. A window-sized SWA
-        cache reuses cells that fell out of the window, so a rollback deeper than the
-        last batch may find the window before n gone; as llama-server does, its oldest
-        kept position must be no later than n - n_swa (the window of the token at n).
-        """
+        """Drop seq_id's cells from n on; False if the caller must rebuild the first n
+        tokens: recurrent memory refused, or (as llama-server checks) a window-sized SWA
+        ring reused cells of the window before n (its oldest kept position > n - n_swa)."""
         mem = self._mem
         if not ll.llama_memory_seq_rm(mem, seq_id, n, -1):
             return False
-        if ll.llama_memory_seq_pos_max(mem, seq_id) != n - 1:
-            return False
-        return not self.n_swa or ll.llama_memory_seq_pos_min(mem, seq_id) <= max(0, n - self.n_swa)
+        kept = ll.llama_memory_seq_pos_max(mem, seq_id) == n - 1
+        window = max(0, n - self.n_swa) if self.n_swa else n
+        return kept and ll.llama_memory_seq_pos_min(mem, seq_id) <= window
 
     def reset(self) -> None:
         """Empty the KV cache."""
@@ -375,11 +367,8 @@ class LlamaModel(ReusesPrefix):
         self.tokens.clear()
 
     def close(self) -> None:
-        """Free the context and the model (idempotent).
-
-        Not after a lost worker: a thread is parked inside this context's decode (see
-        stay_up_on_worker_loss), so it is left allocated until the process ends.
-        """
+        """Free the context and the model (idempotent). Not after a lost worker: a thread
+        is parked inside this context's decode (see stay_up_on_worker_loss)."""
         if self.rpc and rpc_worker_lost() is not None:
             return
         if self._batch is not None:
