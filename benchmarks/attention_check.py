@@ -3,12 +3,13 @@
 what does one token cost at depths 0 and 2,000?
 
 One variant per process (llama.cpp's settings are read at context creation):
-``default`` (edgespec's: BF16 KV cache, flash attention auto), ``f16_fa_off``,
-``bf16_fa_off``, ``f16_fa_auto``. For each, the largest logit difference between a
+``default`` (edgespec's: BF16 keys, F16 values, flash attention auto), ``f16_fa_off``,
+``bf16_fa_off`` (edgespec's cache types), ``f16_fa_auto``, ``bf16_kv`` (BF16 keys and
+values). For each, the largest logit difference between a
 k-row decode and k one-token decodes (k = 2, 4, 8 at depths 100, 700, 1,500; 0.0 is
 what greedy exactness needs) and the median one-token decode time.
 
-    for v in default f16_fa_off bf16_fa_off f16_fa_auto; do
+    for v in default f16_fa_off bf16_fa_off f16_fa_auto bf16_kv; do
         .venv/bin/python benchmarks/attention_check.py $v; done
 """
 
@@ -22,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-VARIANTS = ("default", "f16_fa_off", "bf16_fa_off", "f16_fa_auto")
+VARIANTS = ("default", "f16_fa_off", "bf16_fa_off", "f16_fa_auto", "bf16_kv")
 FILLER = "The quick brown fox jumps over the lazy dog while the cat sleeps in the sun. "
 
 
@@ -38,7 +39,9 @@ def main() -> None:
 
     ctx = {"flash_attn_type": 0} if variant.endswith("fa_off") else {}
     if variant.startswith("f16"):
-        model_module.GGML_TYPE_BF16 = 1  # the cache type LlamaModel sets: F16 instead
+        model_module.GGML_TYPE_BF16 = 1  # the key type LlamaModel sets: F16 instead
+    if variant == "bf16_kv":
+        model_module.GGML_TYPE_F16 = 30  # the value type LlamaModel sets: BF16 instead
     with context_overrides(ctx):
         m = LlamaModel(resolve_model("gemma-3-270m"), n_ctx=4096, n_threads=2)
     toks = m.tokenize(FILLER * 200)

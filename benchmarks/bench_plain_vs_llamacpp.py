@@ -8,7 +8,8 @@ llama-bench as llama.cpp ships (its default settings). Two more configurations
 split the difference into its causes:
 
 - ``edgespec``: edgespec's default, exact mode (no weight repacking, no tiled K-quant
-  matmul, BF16 KV cache, a full-size sliding-window cache; edgespec/backend/kernels.py).
+  matmul, BF16 keys and F16 values in the KV cache, a full-size sliding-window cache;
+  edgespec/backend/kernels.py).
 - ``llama``: llama-bench with llama.cpp's defaults (F16 cache, repacking, auto flash
   attention, a sliding-window cache of window + ubatch cells); the baseline.
 - ``llama-exact``: llama-bench with edgespec's kernel settings: what the kernels cost
@@ -38,7 +39,7 @@ CONFIGS = {
     "llama-exact": (
         "llama",
         {"GGML_CPU_TILED_MM": "0"},
-        ["--repack", "0", "-ctk", "bf16", "-ctv", "bf16"],
+        ["--repack", "0", "-ctk", "bf16", "-ctv", "f16"],
     ),
     "edgespec-fast": ("edgespec", {"EDGESPEC_FAST_KERNELS": "1"}, []),
 }

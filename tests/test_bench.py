@@ -417,6 +417,11 @@ def test_command_uses_the_workload_verbatim() -> None:
         threads=2, n_ctx=512, n_draft=4, seed=1, draft=Path("d.gguf"),
     )  # fmt: skip
     assert spec[spec.index("-md") + 1] == "d.gguf"
+    window = llamacpp.command(
+        Path("/b/llama-lookup"), target=Path("t.gguf"), workload=w, max_tokens=12, threads=2,
+        n_ctx=512, n_draft=8, seed=1, swa_full=False,
+    )  # fmt: skip
+    assert "--swa-full" not in window and window[: len(cmd) - 1] == cmd[:-1]
     assert spec[spec.index("--spec-type") + 1] == "draft-simple"
 
 

@@ -4,13 +4,16 @@ Batch-invariant kernels. Speculative verification scores k tokens in one batch,
 plain decoding one at a time; greedy output is identical only if both give the
 same logits bit for bit. llama.cpp's CPU backend switches kernels with the batch
 size: repacked weights (n >= 4), a tiled K-quant matmul (n >= 8), and, for one
-token over an F16 KV cache of 512+ cells, flash attention split across threads.
-Each rounds differently (logits off by up to ~1.5 on Gemma 3 270M). We turn off
-the first two and keep the KV cache in BF16, which the split path does not take;
-BF16 is the models' training precision, with F16's footprint. The cost is within
-the noise here (benchmarks/kernel_check.py). Sliding-window layers keep every cell
-for the same reason (see LlamaModel). EDGESPEC_FAST_KERNELS=1 restores llama.cpp's
-defaults (F16 cache, window-sized SWA cache), for speed over bit-exactness, but
+token over an F16 KV cache of 512+ cells, flash attention split across threads
+(and 64+ rows a tiled flash attention). Each rounds differently (logits off by up to
+~1.5 on Gemma 3 270M). We turn off the first two and keep keys in BF16 and values in
+F16: flash attention takes its split and tiled paths only for keys and values of one
+type, F16 or F32, so every row runs the same per-row loop, whatever the batch. BF16
+keys have F16's footprint; F16 values keep llama.cpp's fast accumulation (BF16 values
+cost 10% at depth 8,000: docs/benchmarks.md, "Plain decoding at depth"). Sliding-
+window layers keep every cell for the same reason (see LlamaModel).
+EDGESPEC_FAST_KERNELS=1 restores llama.cpp's defaults (F16 cache, window-sized SWA
+cache), for speed over bit-exactness, but
 for the AMX repacking of Intel CPUs that have AMX: its matmul crashes the process on
 the first batch of two or more tokens (llama.cpp issue 20824; Gemma 3 270M and
 SmolLM2 Q4 models on a Xeon with AMX), so there the weights are not repacked at all.

@@ -37,7 +37,7 @@ DEFAULT_CTX = 4096
 MAX_SEQ = 64  # sequences one context may hold (llama.cpp's LLAMA_MAX_SEQ is 256)
 DEFAULT_BATCH = 512
 GGUF_MAGIC = b"GGUF"
-GGML_TYPE_BF16 = 30
+GGML_TYPE_BF16, GGML_TYPE_F16 = 30, 1
 
 
 def check_gguf_file(path: Path) -> None:
@@ -133,7 +133,7 @@ class LlamaModel(ReusesPrefix):
         cparams.swa_full = not FAST_KERNELS and ll.llama_model_n_swa(model) > 0
         cparams.no_perf = True
         if not FAST_KERNELS and (n_gpu_layers == 0 or self.rpc):  # (CPU workers)
-            cparams.type_k = cparams.type_v = GGML_TYPE_BF16  # see FAST_KERNELS
+            cparams.type_k, cparams.type_v = GGML_TYPE_BF16, GGML_TYPE_F16  # see FAST_KERNELS
         ctx = ll.llama_init_from_model(model, cparams)
         if not ctx:
             reason = _failure_reason("out of memory?")

@@ -62,6 +62,7 @@ class BenchSetup:
     n_ctx: int = DEFAULT_CTX
     llama_cpp_bin: Path | None = None
     llama_draft_lengths: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
+    llama_swa_full: bool = True  # False: llama.cpp's default window-sized SWA cache
     rpc: list[str] | None = None  # the target's layers on these RPC workers
     log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
 
@@ -346,6 +347,7 @@ def _run_llamacpp(
         n_draft=int(c.gamma),
         seed=rep,
         draft=Path(c.drafter) if c.drafter else None,
+        swa_full=setup.llama_swa_full,
     )
     result, rss = llamacpp.run(cmd)
     return result.to_record(rss)

@@ -97,6 +97,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=f"draft lengths for llama.cpp's binaries ({DEFAULT_LLAMA_LENGTHS})",
     )
     p.add_argument(
+        "--llama-swa",
+        choices=("full", "window"),
+        default="full",
+        help="llama.cpp's sliding-window cache: full-size as edgespec's (default) or its own"
+        " default window-sized one",
+    )
+    p.add_argument(
         "--from-json",
         type=Path,
         default=None,
@@ -181,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
         n_ctx=args.ctx,
         llama_cpp_bin=args.llama_cpp_bin,
         llama_draft_lengths=lengths,
+        llama_swa_full=args.llama_swa == "full",
         rpc=args.rpc,
     )
     report = _report(setup, workloads)
