@@ -120,6 +120,7 @@ def command(
         "-n", str(max_tokens),
         "-t", str(threads),
         "-c", str(n_ctx),
+        "-b", str(n_ctx),  # llama-lookup decodes the whole prompt as one batch
         "--temp", str(workload.temperature),
         "-s", str(seed),
         "--spec-draft-n-max", str(n_draft),
