@@ -5,7 +5,8 @@ The references decode the output again as plain decoding does (the prompt but it
 last token in one batch, then token by token), on a fresh context: target-only
 logprobs match them to rounding. A verify batch's logits differ from single-token
 ones on the synthetic F32 models (up to ~1e-3: llama.cpp's F32 kernels change with
-the batch size), hence SPEC_TOL for speculative runs.
+the batch size; F16 values in the KV cache, accumulated in F16, round such differences
+to F16 steps: up to ~3e-3), hence SPEC_TOL for speculative runs.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from edgespec.sampling import SamplingParams, apply_penalties, process_logits
 
 PROMPT = "Once upon a time"
 TOP = 5
-SPEC_TOL = 2e-3
+SPEC_TOL = 5e-3
 
 
 @pytest.fixture(scope="module")
