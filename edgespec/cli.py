@@ -51,7 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``edgespec`` script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # (a supervised server starts its child with these)
     try:
         return int(args.run(args) or 0)
     except EdgespecError as e:

@@ -8,23 +8,19 @@ build without RPC they fail, they do not skip.
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
+from rpc_workers import ENV, Worker, free_port, post, require_rpc, start_serve
 
 from edgespec.backend import (
-    RPC_UNAVAILABLE,
     LlamaModel,
     check_rpc_timeout,
     parse_rpc_endpoints,
-    probe_rpc_worker,
-    rpc_supported,
 )
 from edgespec.backend.rpc_watch import cut_connections
 from edgespec.bench.latency_proxy import LatencyProxy
@@ -37,51 +33,6 @@ from edgespec.sampling import SamplingParams
 
 PROMPTS = ["Hello world", "the cat sat on the mat and the cat sat on the", "1 2 3 4 5"]
 MAX_TOKENS = 32
-START_TIMEOUT = 60.0  # seconds for a worker to answer (a busy CI machine)
-ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def require_rpc() -> None:
-    if not rpc_supported():
-        pytest.fail(RPC_UNAVAILABLE)
-
-
-class Worker:
-    """An `edgespec worker` subprocess on a free loopback port."""
-
-    def __init__(self, log_dir: Path) -> None:
-        self.port = free_port()
-        self.endpoint = f"127.0.0.1:{self.port}"
-        self.log = log_dir / f"worker-{self.port}.log"
-        with self.log.open("wb") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "edgespec.cli", "worker", "--port", str(self.port)]
-                + ["--threads", "1"],
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-                env=ENV,
-            )
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            try:
-                probe_rpc_worker(self.endpoint, timeout=2.0)
-                return
-            except BackendError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise AssertionError(f"worker did not start: {self.log.read_text()}") from None
-                time.sleep(0.1)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
@@ -367,39 +318,6 @@ def test_the_cost_curve_key_includes_the_workers(models) -> None:
     assert machine_key(no_rpc, 8) == machine_key(local, 8)  # local keys are as before
 
 
-def _post(base: str, path: str, body: dict) -> dict:
-    import json
-    import urllib.request
-
-    req = urllib.request.Request(
-        base + path,
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(req, timeout=120) as r:
-        return json.loads(r.read())
-
-
-def _start_serve(args: list[str]) -> tuple[subprocess.Popen, str]:
-    """`edgespec serve ARGS --port 0` as a subprocess, and its base URL once it serves."""
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "edgespec.cli", "serve", "--port", "0", *args],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=ENV,
-    )
-    assert serve.stderr is not None
-    line = serve.stderr.readline()
-    while line and "serving" not in line:
-        line = serve.stderr.readline()
-    if "on http://" not in line:
-        serve.kill()
-        raise AssertionError(line + serve.stderr.read())
-    return serve, line.rsplit(" on ", 1)[1].strip()
-
-
 def test_serve_rpc_answers_what_local_plain_greedy_does(synthetic_models, tmp_path) -> None:
     """`edgespec serve --rpc` (its own two workers: a worker serves one client at a
     time) answers a greedy completion exactly as a local server without a draft does."""
@@ -412,7 +330,7 @@ def test_serve_rpc_answers_what_local_plain_greedy_does(synthetic_models, tmp_pa
     ws = [Worker(tmp_path), Worker(tmp_path)]
     target = str(synthetic_models["target"])
     body = {"prompt": PROMPTS[1], "max_tokens": 24, "temperature": 0}
-    serve, base = _start_serve(
+    serve, base = start_serve(
         ["--target", target, "--threads", "1", "--ctx", "512", "--draft", "ngram"]
         + ["--gamma", "4", "--quiet", "--rpc", ",".join(w.endpoint for w in ws)]
     )
@@ -420,9 +338,9 @@ def test_serve_rpc_answers_what_local_plain_greedy_does(synthetic_models, tmp_pa
     server = EdgespecServer(("127.0.0.1", 0), local)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        remote = _post(base, "/v1/completions", body)
+        remote = post(base, "/v1/completions", body)
         host, port = server.server_address[:2]
-        plain = _post(f"http://{host}:{port}", "/v1/completions", body)
+        plain = post(f"http://{host}:{port}", "/v1/completions", body)
     finally:
         server.shutdown()
         local.target.close()
@@ -471,7 +389,7 @@ def test_the_chat_app_loads_its_target_through_workers(models, synthetic_models)
 
 @pytest.mark.parametrize("loss", LOSSES)
 def test_a_worker_lost_mid_request_leaves_the_server_up(synthetic_models, tmp_path, loss) -> None:
-    """`edgespec serve --rpc` with two slots: a worker lost (killed, or silent past
+    """`edgespec serve --rpc --rpc-retry 0` with two slots: a worker lost (killed, or silent past
     --rpc-timeout) while a streamed request
     decodes through it ends that request with an error event naming the lost worker
     (and the other slot's request with one too); the server stays up, /health answers
@@ -489,9 +407,10 @@ def test_a_worker_lost_mid_request_leaves_the_server_up(synthetic_models, tmp_pa
     target = str(synthetic_models["target"])
     serve = None
     try:
-        serve, base = _start_serve(
+        serve, base = start_serve(
             ["--target", target, "--threads", "1", "--ctx", "4096", "--draft", "none"]
             + ["--parallel", "2", "--rpc", ",".join(p.address for p in proxies), *extra]
+            + ["--rpc-retry", "0"]  # no child to restart (test_self_healing.py has that)
         )
         assert serve.stderr is not None
         host, port = base.removeprefix("http://").rsplit(":", 1)
@@ -527,7 +446,7 @@ def test_a_worker_lost_mid_request_leaves_the_server_up(synthetic_models, tmp_pa
         state = json.loads(health.value.read())
         assert state["status"] == "error" and "lost an RPC worker" in state["error"]
         with pytest.raises(urllib.error.HTTPError) as refused:
-            _post(base, "/v1/completions", {**body, "max_tokens": 4})
+            post(base, "/v1/completions", {**body, "max_tokens": 4})
         assert refused.value.code == 503
         assert json.loads(refused.value.read())["error"]["code"] == "rpc_worker_lost"
         for conn in conns:

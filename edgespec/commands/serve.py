@@ -7,6 +7,8 @@ import ipaddress
 import os
 import signal
 import sys
+import threading
+import time
 
 from ..completion.history_file import DEFAULT_SAVE_INTERVAL_S, HistoryFile, check_history_path
 from ..completion.session import AUTO, CompletionSession, load_session
@@ -22,6 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add the serve subcommand."""
     from ..server import API_KEY_ENV, DEFAULT_MAX_BODY
     from ..server.slots import DEFAULT_MAX_QUEUE
+    from ..server.supervisor import DEFAULT_RPC_RETRY
 
     p = sub.add_parser(
         "serve",
@@ -74,6 +77,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         f"start, saved every {DEFAULT_SAVE_INTERVAL_S:.0f} s while it changes and at exit, "
         "so a restarted server drafts from what it served before",
     )
+    p.add_argument(
+        "--rpc-retry",
+        type=int,
+        default=DEFAULT_RPC_RETRY,
+        metavar="N",
+        help="with --rpc, the models run in a child process that a lost worker ends: "
+        "reload the target when the workers answer again, probing up to N times "
+        f"(default {DEFAULT_RPC_RETRY}, about 5 minutes; 0: no child, and a lost worker "
+        "leaves the server answering 503 until restarted)",
+    )
+    p.add_argument("--supervised", metavar="DIR", help=argparse.SUPPRESS)  # (the child)
     p.add_argument("--name", help="model id clients use (default: the --target name)")
     p.add_argument("--quiet", action="store_true", help="do not log requests")
     p.set_defaults(run=run)
@@ -91,8 +105,11 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidParameterError(f"max-body must be >= 1, got {args.max_body}")
     parallel = check_parallel(args.parallel)
     check_whole(args.max_queue, name="max-queue")
+    check_whole(args.rpc_retry, name="rpc-retry")
     if args.history_file:
         check_history_path(args.history_file)
+    if args.rpc and args.rpc_retry > 0 and not args.supervised:
+        return _run_front(args)
     session = load_session(
         args.target,
         args.draft,
@@ -106,7 +123,10 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(msg, file=sys.stderr, flush=True)
 
-    keeper = _history_file(session, args.history_file) if args.history_file else None
+    history_path = args.history_file
+    if history_path is None and args.supervised and session.history is not None:
+        history_path = os.path.join(args.supervised, "lookup-history")  # kept across reloads
+    keeper = _history_file(session, history_path) if history_path else None
 
     try:
         server = EdgespecServer(
@@ -116,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
             max_body=args.max_body,
             log=log,
             max_queue=args.max_queue,
+            after_loss=_end_after_loss(keeper) if args.supervised else None,
         )
     except OSError as e:
         raise InvalidParameterError(
@@ -132,12 +153,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if (note := session.calibration_note) is not None:
         print(f"edgespec: gamma auto: {note}", file=sys.stderr, flush=True)
-    if not args.api_key and not _is_loopback(args.host):
-        print(
-            f"edgespec: warning: {args.host} is reachable from other machines and no API key "
-            "is set (--api-key)",
-            file=sys.stderr,
-        )
+    _warn_if_open(args)
     # Ctrl+C (SIGINT) stops the server even when the parent left it blocked or
     # ignored (a signal mask and SIG_IGN are inherited across exec)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
@@ -161,6 +177,78 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def _end_after_loss(keeper: HistoryFile | None):
+    """The supervised child's end on a lost worker: the loss as its last line, then,
+    once its requests have failed, the lookup history saved and EXIT_WORKER_LOST."""
+    from ..server.supervisor import EXIT_WORKER_LOST
+
+    def finish() -> None:
+        time.sleep(0.5)  # the failed requests' handlers write their errors
+        if keeper is not None:
+            keeper.close()
+        sys.stdout.flush()
+        os._exit(EXIT_WORKER_LOST)
+
+    def after_loss(message: str) -> None:
+        print(f"edgespec: error: {message}", file=sys.stderr, flush=True)  # (the front's cue)
+        threading.Thread(target=finish, daemon=True).start()
+
+    return after_loss
+
+
+def _run_front(args: argparse.Namespace) -> int:
+    """Serve --rpc from a child process, restarted after a lost worker (see
+    edgespec.server.supervisor); this process holds no model."""
+    from ..server.proxy import ProxyServer
+    from ..server.supervisor import Supervisor
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    def first_ready(line: str) -> None:
+        log(f"{line.rsplit(' on http://', 1)[0]} on http://{host}:{port}")
+        _warn_if_open(args)
+
+    argv = getattr(args, "argv", None) or sys.argv[1:]
+    supervisor = Supervisor(argv, args.rpc, retries=args.rpc_retry, log=log,
+                            on_first_ready=first_ready)  # fmt: skip
+    try:
+        front = ProxyServer(
+            (args.host, args.port),
+            supervisor,
+            api_key=args.api_key,
+            max_body=args.max_body,
+            log=log,
+        )
+    except OSError as e:
+        raise InvalidParameterError(
+            f"cannot listen on {args.host}:{args.port}: {e.strerror or e}"
+        ) from None
+    host, port = front.server_address[:2]
+    threading.Thread(target=front.serve_forever, daemon=True).start()
+
+    def stop(_signum: int, _frame: object) -> None:
+        threading.Thread(target=supervisor.stop, daemon=True).start()
+
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    rc = supervisor.run()
+    supervisor.stop()
+    front.shutdown()
+    front.server_close()
+    return rc
+
+
+def _warn_if_open(args: argparse.Namespace) -> None:
+    if not args.api_key and not _is_loopback(args.host):
+        print(
+            f"edgespec: warning: {args.host} is reachable from other machines and no API key "
+            "is set (--api-key)",
+            file=sys.stderr,
+        )
 
 
 def _history_file(session: CompletionSession, path: str) -> HistoryFile:

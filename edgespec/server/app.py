@@ -14,7 +14,6 @@ a slot unchecked.
 from __future__ import annotations
 
 import dataclasses
-import hmac
 import sys
 import time
 from collections.abc import Callable
@@ -67,7 +66,10 @@ def check_api_key(key: str | None) -> None:
 
 
 class EdgespecServer(ThreadingHTTPServer):
-    """An HTTP server around one CompletionSession and its slots (edgespec.server.slots)."""
+    """An HTTP server around one CompletionSession and its slots (edgespec.server.slots).
+
+    ``after_loss(message)`` is called on a lost RPC worker, before its jobs fail (the
+    supervised child of edgespec.server.supervisor says so and ends itself there)."""
 
     daemon_threads = True
     block_on_close = False  # shutting down never waits for a client's connection
@@ -82,8 +84,10 @@ class EdgespecServer(ThreadingHTTPServer):
         max_body: int = DEFAULT_MAX_BODY,
         log: Callable[[str], None] | None = None,
         max_queue: int = DEFAULT_MAX_QUEUE,
+        after_loss: Callable[[str], None] | None = None,
     ) -> None:
         check_api_key(api_key)
+        self.after_loss = after_loss
         self.session = session
         self.scheduler = Scheduler(session.slot_sessions(), max_queue=max_queue)
         self.api_key = api_key or None
@@ -99,7 +103,10 @@ class EdgespecServer(ThreadingHTTPServer):
         super().__init__(address, Handler)
 
     def _worker_lost(self, message: str) -> None:
-        self.log(f"error: {message}; the target is gone: restart the server to reload it")
+        if self.after_loss is None:
+            self.log(f"error: {message}; the target is gone: restart the server to reload it")
+        else:
+            self.after_loss(message)
         self.scheduler.fail_all(RpcWorkerLost(message))
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -179,24 +186,6 @@ class Handler(JsonHandler):
                 self._send_json(err.status, err.body(), err.headers)
         finally:
             self._route = None  # http.server's own errors on this connection: "other"
-
-    def _check_auth(self) -> None:
-        key = self.server.api_key
-        if key is None:
-            return
-        given = self.headers.get("X-Api-Key") or ""
-        auth = self.headers.get("Authorization") or ""
-        if auth[:7].lower() == "bearer ":
-            given = auth[7:].strip()
-        # http.server decodes header bytes as latin-1: encoding back gives the bytes sent
-        if not hmac.compare_digest(given.encode("latin-1", "replace"), key.encode("ascii")):
-            self._refuse_unread_body()
-            raise ApiError(
-                401,
-                "invalid or missing API key",
-                kind="authentication_error",
-                code="invalid_api_key",
-            )
 
     # ------------------------------------------------------------------ routes
 

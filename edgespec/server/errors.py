@@ -7,6 +7,8 @@ from typing import Any
 from ..chat_template import ChatTemplateError
 from ..errors import ContextFullError, EdgespecError, InvalidParameterError, RpcWorkerLost
 
+LOST_RETRY_AFTER_S = 5  # a client's wait after a lost worker (a supervised server reloads)
+
 
 class ApiError(Exception):
     """An HTTP error response: status code and OpenAI error fields."""
@@ -61,7 +63,13 @@ def from_exception(exc: BaseException, param: str | None = None) -> ApiError:
     if isinstance(exc, InvalidParameterError):
         return ApiError(400, str(exc), param=param, code="invalid_value")
     if isinstance(exc, RpcWorkerLost):  # the server is up, the target is not
-        return ApiError(503, str(exc), kind="server_error", code="rpc_worker_lost")
+        return ApiError(
+            503,
+            str(exc),
+            kind="server_error",
+            code="rpc_worker_lost",
+            headers={"Retry-After": str(LOST_RETRY_AFTER_S)},
+        )
     if isinstance(exc, EdgespecError):
         return ApiError(500, str(exc), kind="server_error", code="engine_error")
     return ApiError(

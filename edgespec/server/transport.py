@@ -10,6 +10,7 @@ delimited by closing the connection for an HTTP/1.0 client.
 
 from __future__ import annotations
 
+import hmac
 import json
 import select
 import socket
@@ -38,6 +39,25 @@ class JsonHandler(BaseHTTPRequestHandler):
         if self.request_version == "HTTP/0.9":  # an unparsable request line: answer in 1.0
             self.request_version = "HTTP/1.0"
         self._send_json(code, ApiError(code, message or explain or "bad request").body())
+
+    def _check_auth(self) -> None:
+        """401 unless the request carries the server's ``api_key`` (None: no key)."""
+        key = self.server.api_key
+        if key is None:
+            return
+        given = self.headers.get("X-Api-Key") or ""
+        auth = self.headers.get("Authorization") or ""
+        if auth[:7].lower() == "bearer ":
+            given = auth[7:].strip()
+        # http.server decodes header bytes as latin-1: encoding back gives the bytes sent
+        if not hmac.compare_digest(given.encode("latin-1", "replace"), key.encode("ascii")):
+            self._refuse_unread_body()
+            raise ApiError(
+                401,
+                "invalid or missing API key",
+                kind="authentication_error",
+                code="invalid_api_key",
+            )
 
     def _read_body(self) -> None:
         """Read the body within ``timeout`` seconds in all (a 408 after), so a client
