@@ -5,14 +5,15 @@ target is reloaded when the workers answer again.
 
 Faults are injected into real `edgespec worker` processes on loopback, each behind
 the latency proxy (20 ms each way: passes slow enough to fault mid-stream): kill -9,
-SIGSTOP past --rpc-timeout, a different protocol on the worker's port, a worker
-that never returns. Each test is bounded: every wait has a deadline.
+SIGSTOP past --rpc-timeout, connections reset mid-stream, a different protocol on
+the worker's port, a worker that never returns. Each test is bounded: every wait has a deadline.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import re
 import signal
 import socket
 import threading
@@ -116,20 +117,24 @@ def target(synthetic_models) -> str:
     return str(synthetic_models["target"])
 
 
-@pytest.mark.parametrize("loss", ["killed", "silent"])
+@pytest.mark.parametrize("loss", ["killed", "silent", "cut"])
 def test_a_lost_worker_is_reloaded_and_answers_as_before(target, tmp_path, loss) -> None:
-    """Two streams decode when a worker is killed (or stopped past --rpc-timeout):
+    """Two streams decode when a worker is killed, stopped past --rpc-timeout, or
+    cut off (its connections reset):
     each ends with an error event naming the worker; the server stays up, /health is
     503 ``recovering`` naming the worker and requests get 503 with Retry-After; once
-    the worker is back (restarted on its port, or continued) /health is 200 within
-    60 s, the same greedy request gets the same answer, and /metrics counts one loss
-    and one recovery."""
+    the worker is back (restarted on its port, continued, or at once) /health is 200 within
+    60 s, the same greedy request gets the same answer, /metrics counts one loss and
+    one recovery, and the lookup history the first child kept is read back."""
     c = Cluster(tmp_path, target, *(["--rpc-timeout", "2"] if loss == "silent" else []))
     try:
         before = post(c.base, "/v1/completions", GREEDY)["choices"][0]["text"]
         streams = c.streams(2)
         lost = c.workers[1]
-        lost.proc.send_signal(signal.SIGKILL if loss == "killed" else signal.SIGSTOP)
+        if loss == "cut":  # the network drops its connections; the worker stays
+            c.proxies[1].cut()
+        else:
+            lost.proc.send_signal(signal.SIGKILL if loss == "killed" else signal.SIGSTOP)
         for _conn, resp in streams:
             err = last_event(resp).get("error", {})
             assert err.get("code") == "rpc_worker_lost", err
@@ -147,7 +152,7 @@ def test_a_lost_worker_is_reloaded_and_answers_as_before(target, tmp_path, loss)
         if loss == "killed":
             lost.proc.wait()
             c.workers[1] = Worker(tmp_path, port=lost.port)
-        else:
+        elif loss == "silent":
             lost.proc.send_signal(signal.SIGCONT)
         c.wait_healthy()
         after = post(c.base, "/v1/completions", GREEDY)["choices"][0]["text"]
@@ -155,11 +160,66 @@ def test_a_lost_worker_is_reloaded_and_answers_as_before(target, tmp_path, loss)
         metrics = c.get("/metrics")[2].decode()
         assert "edgespec_rpc_worker_losses_total 1" in metrics
         assert "edgespec_target_recoveries_total 1" in metrics
-        assert "edgespec_requests_total" in metrics or "edgespec_" in metrics.split("losses")[0]
+        assert "edgespec_completions_total" in metrics  # (the child's own, then these)
     finally:
         rc = c.close()
     log = "".join(c.log)
     assert rc == 0 and "recovered: serving again" in log and "Traceback" not in log, log
+    # the reloaded child read back the lookup history of the greedy request before the loss
+    assert re.search(r"lookup history: \d+ earlier requests? from .*lookup-history", log), log
+
+
+def test_sixteen_streams_when_a_worker_dies_all_end_and_service_returns(target, tmp_path) -> None:
+    """16 streams on two slots (14 queued) when a worker is killed: every one ends
+    within the deadline, each with an error event or a 503 naming the loss; after the
+    worker returns all 16 again are answered in full."""
+    c = Cluster(tmp_path, target, delay_ms=2)
+    try:
+
+        def one(out: list, first: threading.Event, max_tokens: int) -> None:
+            conn = http.client.HTTPConnection(*c.address, timeout=120)
+            try:
+                body = json.dumps({**LONG, "max_tokens": max_tokens})
+                conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                if resp.status != 200:
+                    out.append(json.loads(resp.read()).get("error", {}))
+                    return
+                first.set()
+                event = last_event(resp)
+                out.append(event.get("error", {"done": event["choices"][0]["finish_reason"]}))
+            finally:
+                conn.close()
+
+        def run(n: int, max_tokens: int) -> tuple[list, threading.Event, list]:
+            out: list = []
+            first = threading.Event()
+            threads = [
+                threading.Thread(target=one, args=(out, first, max_tokens)) for _ in range(n)
+            ]
+            for t in threads:
+                t.start()
+            return out, first, threads
+
+        out, first, threads = run(16, 2000)
+        assert first.wait(60)
+        c.workers[0].proc.send_signal(signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        assert len(out) == 16, out  # none hung
+        assert all(e.get("code") == "rpc_worker_lost" for e in out), out
+        assert all(c.proxies[0].address in e["message"] for e in out), out
+        c.workers[0].proc.wait()
+        c.workers[0] = Worker(tmp_path, port=c.workers[0].port)
+        c.wait_healthy()
+        out, _first, threads = run(16, 24)
+        for t in threads:
+            t.join(300)
+        assert len(out) == 16 and all("done" in e for e in out), out
+    finally:
+        c.close()
+    assert c.serve.returncode == 0
 
 
 def test_a_worker_of_another_protocol_is_named_until_the_right_one_returns(

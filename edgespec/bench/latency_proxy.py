@@ -151,6 +151,16 @@ class LatencyProxy:
             _Pipe(client, up, self, self.stats["up"]).start()
             _Pipe(up, client, self, self.stats["down"]).start()
 
+    def cut(self) -> None:
+        """Reset every open connection, as a network that drops them mid-way; new
+        connections are still accepted."""
+        conns, self._conns = self._conns, []
+        for s in conns:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                s.close()
+
     def close(self) -> None:
         """Stop listening and close every connection (idempotent)."""
         self._closed = True
