@@ -107,6 +107,7 @@ def main() -> int:
     counts: collections.Counter[str] = collections.Counter()
     by_kind: dict[str, collections.Counter[str]] = {k: collections.Counter() for k in KINDS}
     rss_100 = None
+    rss_trace: list[float] = []
     sent = 0
     start = time.monotonic()
     print(f"# {uptime()}", flush=True)
@@ -127,9 +128,10 @@ def main() -> int:
         for kind, got in results:
             counts[got] += 1
             by_kind[kind][got] += 1
-        sent += n
-        if rss_100 is None and sent >= 100:
-            rss_100 = rss_mib(serve.pid)
+        before, sent = sent, sent + n
+        if sent // 100 > before // 100:  # every 100 requests
+            rss_trace.append(round(rss_mib(serve.pid), 1))
+            rss_100 = rss_100 or rss_trace[0]
     alive = serve.poll() is None
     deadline = time.monotonic() + 15
     busy = None
@@ -149,6 +151,7 @@ def main() -> int:
         rss_after_100_mib=round(rss_100 or float("nan"), 1),
         rss_end_mib=round(rss_end, 1),
         rss_growth=round(rss_end / rss_100, 3) if rss_100 else None,
+        rss_every_100_mib=rss_trace,
         machine=uptime(),
     )
     print(json.dumps(summary, indent=1))

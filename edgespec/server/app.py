@@ -73,6 +73,7 @@ class EdgespecServer(ThreadingHTTPServer):
 
     daemon_threads = True
     block_on_close = False  # shutting down never waits for a client's connection
+    request_queue_size = 128  # connections waiting for accept (socketserver's 5 reset bursts)
     allow_reuse_address = True
 
     def __init__(

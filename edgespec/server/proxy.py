@@ -39,6 +39,7 @@ class ProxyServer(ThreadingHTTPServer):
 
     daemon_threads = True
     block_on_close = False
+    request_queue_size = 128  # connections waiting for accept (socketserver's 5 reset bursts)
     allow_reuse_address = True
 
     def __init__(
