@@ -4,9 +4,9 @@ Two `edgespec worker` processes on loopback, each behind the latency proxy, and 
 `edgespec serve --rpc` on them (the target on the workers, n-gram auto, two slots).
 Each fault: two streamed completions decode; one worker is killed (-9), stopped
 (SIGSTOP, past --rpc-timeout) or cut off (the proxy resets its connections), in
-turn, alternating workers; every stream must end
-with an error event within --rpc-timeout plus a margin; then the worker returns
-(restarted on its port, or SIGCONT; a cut one is back at once) and the time from its return to the first
+turn, alternating workers; every stream must end with an error event within
+--rpc-timeout plus a margin; then the worker returns (restarted on its port, or
+SIGCONT; a cut one is back at once) and the time from its return to the first
 greedy request served is measured, and that answer compared with the one before
 any fault. Prints one line per fault and a summary; --json writes the figures.
 
