@@ -187,7 +187,10 @@ def test_sixteen_streams_when_a_worker_dies_all_end_and_service_returns(target, 
                     return
                 first.set()
                 event = last_event(resp)
-                out.append(event.get("error", {"done": event["choices"][0]["finish_reason"]}))
+                if "error" in event:
+                    out.append(event["error"])
+                else:
+                    out.append({"done": event["choices"][0]["finish_reason"]})
             finally:
                 conn.close()
 

@@ -87,7 +87,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         f"(default {DEFAULT_RPC_RETRY}, about 5 minutes; 0: no child, and a lost worker "
         "leaves the server answering 503 until restarted)",
     )
-    p.add_argument("--supervised", metavar="DIR", help=argparse.SUPPRESS)  # (the child)
+    p.add_argument(
+        "--supervised",
+        metavar="DIR",
+        help="(set by the front of an --rpc server) run as its child: on a lost worker "
+        "exit 75 after saving state in DIR",
+    )
     p.add_argument("--name", help="model id clients use (default: the --target name)")
     p.add_argument("--quiet", action="store_true", help="do not log requests")
     p.set_defaults(run=run)
