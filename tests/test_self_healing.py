@@ -255,6 +255,69 @@ def test_a_worker_of_another_protocol_is_named_until_the_right_one_returns(
         c.close()
 
 
+def test_a_worker_killed_while_the_target_reloads(target, tmp_path) -> None:
+    """The worker dies again while the new child loads the target onto it: that
+    reload fails with one line, the server stays up and recovering, and the worker's
+    next return brings the same answers back."""
+    c = Cluster(tmp_path, target, delay_ms=0)
+    try:
+        before = post(c.base, "/v1/completions", GREEDY)["choices"][0]["text"]
+        lost = c.workers[0]
+        lost.stop()
+        assert _post_raw(c, GREEDY)[0] == 503
+        for p in c.proxies:
+            p.delay = 0.2  # a slow link: the reload takes many 0.4 s round trips
+        c.workers[0] = Worker(tmp_path, port=lost.port)
+        sent = c.proxies[0].stats["up"][1]
+        deadline = time.monotonic() + 60
+        while c.proxies[0].stats["up"][1] - sent < 64 * 1024:  # weights, not a HELLO
+            assert time.monotonic() < deadline, "the reload sent no weights"
+            time.sleep(0.01)
+        c.workers[0].stop()
+        while not any("reloading the target failed" in line for line in c.log):
+            assert time.monotonic() < deadline and c.serve.poll() is None, "".join(c.log)
+            time.sleep(0.1)
+        status, state = c.health()
+        assert status == 503 and state["status"] == "recovering", state
+        assert not any("recovered" in line for line in c.log), "".join(c.log)
+        for p in c.proxies:
+            p.delay = 0.0
+        c.workers[0] = Worker(tmp_path, port=lost.port)
+        c.wait_healthy()
+        assert post(c.base, "/v1/completions", GREEDY)["choices"][0]["text"] == before
+    finally:
+        rc = c.close()
+    assert rc == 0 and "Traceback" not in "".join(c.log)
+
+
+def test_a_second_server_on_busy_workers_fails_and_the_first_serves_on(target, tmp_path) -> None:
+    """A worker serves one client at a time: a second server asking for the workers
+    of a running one fails at once with a line saying they are busy, and the first
+    server's answers do not change."""
+    import subprocess
+    import sys
+
+    from rpc_workers import ENV
+
+    c = Cluster(tmp_path, target, delay_ms=0)
+    try:
+        before = post(c.base, "/v1/completions", GREEDY)["choices"][0]["text"]
+        done = subprocess.run(
+            [sys.executable, "-m", "edgespec.cli", "serve", "--target", target, "--port", "0"]
+            + ["--rpc", c.rpc],
+            capture_output=True, text=True, timeout=120, env=ENV,
+        )  # fmt: skip
+        assert done.returncode == 1, done.stderr
+        last = done.stderr.strip().splitlines()[-1]
+        assert last.startswith("edgespec: error: RPC worker 127.0.0.1:"), last
+        assert "busy with another client" in last and "Traceback" not in done.stderr
+        assert c.health()[0] == 200
+        assert post(c.base, "/v1/completions", GREEDY)["choices"][0]["text"] == before
+    finally:
+        rc = c.close()
+    assert rc == 0
+
+
 def test_rpc_retry_bounds_the_attempts(target, tmp_path) -> None:
     """A worker that never returns: after --rpc-retry attempts the server ends with
     status 1 and one line saying it gave up and why."""

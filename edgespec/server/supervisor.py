@@ -174,8 +174,11 @@ class Supervisor:
                     return 0
                 if first:
                     return rc if rc > 0 else 1
+                reason = _reason(rc, tail)
                 with self.lock:
-                    self.state.error = _reason(rc, tail)
+                    self.state.error = reason
+                self.log(f"edgespec: reloading the target failed ({reason}); "
+                         "retrying when the workers answer")  # fmt: skip
             first = False
             if not self._wait_for_workers():
                 return 0 if self._stopped() else 1
