@@ -37,6 +37,25 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
+def rss_split_mib(pid: int) -> dict[str, float]:
+    """RSS by kind of mapping: files (the model, mapped), anonymous mappings of 16 MiB
+    or more (llama.cpp's KV and compute buffers, touched lazily) and the rest (the
+    Python and C heaps, thread stacks)."""
+    split = {"files": 0, "big_anonymous": 0, "rest": 0}
+    kind = "rest"
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        head = line.split()
+        if "-" in head[0] and len(head) >= 5 and ":" in head[3]:  # a mapping's first line
+            lo, hi = (int(x, 16) for x in head[0].split("-"))
+            if len(head) > 5 and head[5].startswith("/"):
+                kind = "files"
+            else:
+                kind = "big_anonymous" if hi - lo >= 16 << 20 else "rest"
+        elif head[0] == "Rss:":
+            split[kind] += int(head[1])
+    return {k: round(v / 1024, 1) for k, v in split.items()}
+
+
 def one(address: tuple[str, int], kind: str, rng: random.Random) -> str:
     """One client's request; what it got ("200", "429", "dropped", "error: ...")."""
     body: object = {"prompt": f"Item {rng.randrange(1000)}: the", "max_tokens": 8,
@@ -108,6 +127,7 @@ def main() -> int:
     by_kind: dict[str, collections.Counter[str]] = {k: collections.Counter() for k in KINDS}
     rss_100 = None
     rss_trace: list[float] = []
+    split_trace: list[dict[str, float]] = []
     sent = 0
     start = time.monotonic()
     print(f"# {uptime()}", flush=True)
@@ -131,6 +151,7 @@ def main() -> int:
         before, sent = sent, sent + n
         if sent // 100 > before // 100:  # every 100 requests
             rss_trace.append(round(rss_mib(serve.pid), 1))
+            split_trace.append(rss_split_mib(serve.pid))
             rss_100 = rss_100 or rss_trace[0]
     alive = serve.poll() is None
     deadline = time.monotonic() + 15
@@ -152,6 +173,7 @@ def main() -> int:
         rss_end_mib=round(rss_end, 1),
         rss_growth=round(rss_end / rss_100, 3) if rss_100 else None,
         rss_every_100_mib=rss_trace,
+        rss_split_every_100_mib=split_trace,
         machine=uptime(),
     )
     print(json.dumps(summary, indent=1))
