@@ -103,10 +103,21 @@ def main() -> int:
     p.add_argument("--max-queue", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path)
+    p.add_argument("--tracemalloc", type=Path, metavar="OUT",
+                   help="trace the server's Python allocations (benchmarks/traced_run.py); "
+                   "OUT: their growth from after the first 100 requests to the end")  # fmt: skip
     args = p.parse_args()
 
+    launch = [sys.executable, "-m", "edgespec.cli"]
+    if args.tracemalloc:
+        launch = [
+            sys.executable,
+            str(Path(__file__).with_name("traced_run.py")),
+            str(args.tracemalloc),
+        ]
     serve = subprocess.Popen(
-        [sys.executable, "-m", "edgespec.cli", "serve", "--target", args.target, "--port", "0"]
+        launch
+        + ["serve", "--target", args.target, "--port", "0"]
         + ["--threads", "2", "--ctx", "1024", "--parallel", str(args.parallel)]
         + ["--max-queue", str(args.max_queue), "--quiet"],
         stdout=subprocess.DEVNULL,
@@ -152,6 +163,8 @@ def main() -> int:
         if sent // 100 > before // 100:  # every 100 requests
             rss_trace.append(round(rss_mib(serve.pid), 1))
             split_trace.append(rss_split_mib(serve.pid))
+            if rss_100 is None and args.tracemalloc:
+                serve.send_signal(signal.SIGUSR1)  # (the baseline snapshot)
             rss_100 = rss_100 or rss_trace[0]
     alive = serve.poll() is None
     deadline = time.monotonic() + 15
@@ -162,6 +175,12 @@ def main() -> int:
             break
         time.sleep(0.2)
     rss_end = rss_mib(serve.pid) if alive else float("nan")
+    if alive and args.tracemalloc:
+        args.tracemalloc.unlink(missing_ok=True)
+        serve.send_signal(signal.SIGUSR1)  # (the growth since the baseline, to OUT)
+        deadline = time.monotonic() + 60
+        while not args.tracemalloc.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
     summary = dict(
         requests=sent,
         seconds=round(time.monotonic() - start, 1),

@@ -85,7 +85,7 @@ class Supervisor:
     """Start the child ``edgespec serve`` and restart it after a loss (see the module).
 
     ``argv`` is the serve command's own (``serve --target ...``); the child gets it
-    with ``--host 127.0.0.1 --port 0`` and the hidden ``--supervised DIR`` added.
+    with ``--host 127.0.0.1 --port 0`` and ``--supervised DIR`` added.
     """
 
     def __init__(
