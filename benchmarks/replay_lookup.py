@@ -320,6 +320,7 @@ def main() -> None:
     ap.add_argument("--corpus", type=Path, default=Path("build/corpus"))
     ap.add_argument("--split", default="tuning")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--ctx", type=int, default=4096, help="the target's context (4096)")
     ap.add_argument("--cache", type=Path, default=Path("build/replay"))
     ap.add_argument("--json", type=Path, help="write the per-text figures here")
     ap.add_argument("--sweep", action="store_true", help="vary the policy's constants instead")
@@ -327,7 +328,7 @@ def main() -> None:
         "--curve-from", type=Path, help="price rounds on this bench report's calibration instead"
     )
     args = ap.parse_args()
-    target = LlamaModel(resolve_model(args.model), n_ctx=4096, n_threads=args.threads)
+    target = LlamaModel(resolve_model(args.model), n_ctx=args.ctx, n_threads=args.threads)
     records = record(target, args.corpus, args.split, args.cache)
     curve = load_or_measure(target)
     if args.curve_from:

@@ -278,10 +278,16 @@ def warning_lines(report: Mapping[str, Any]) -> list[str]:
         for flag in w.get("flags", []):
             where.setdefault(flag, []).append(wname)
     n = len(report["workloads"])
-    return [
+    lines = [
         f"- {'every workload' if len(names) == n > 1 else ', '.join(names)}: {flag}"
         for flag, names in where.items()
     ]
+    if report.get("calibration", {}).get("target_noisy", [0.0])[0]:
+        lines.append(
+            "- the target's cost curve stayed noisy after measuring it again (a busy "
+            "machine?): gamma auto drafted by a curve that may overprice verifies"
+        )
+    return lines
 
 
 def text_report(report: Mapping[str, Any]) -> str:

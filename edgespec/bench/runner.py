@@ -26,6 +26,7 @@ from ..errors import InvalidParameterError
 from ..events import DoneEvent, RoundEvent
 from ..loading import load_pair, resolve_model
 from ..planning import make_policy
+from ..policy.costs import load_or_measure
 from ..sampling import SamplingParams
 from . import llamacpp
 from .memory import peak_rss_mib, reset_peak_rss
@@ -35,6 +36,9 @@ from .workloads import Workload
 PLAIN = "plain"
 CEILING_SIZES = (1, 8, 16, 24, 32, 40, 48)  # batch sizes timed for the ceiling at depth
 CEILING_REPS = 3
+# a noisy cost curve (policy.costs.measure_curve) is measured again up to this many
+# times before the timed runs: gamma auto's figures depend on the curve it drafts by
+CALIBRATION_RETRIES = 2
 Records = dict[str, dict[str, list[RunRecord | None]]]  # workload -> config label -> per rep
 
 
@@ -271,6 +275,14 @@ def _warm_up(target: LlamaModel, drafters: dict[str, LoadedDrafter], setup: Benc
     setup.log("warming up (and calibrating cost curves if not cached)")
     generate(target, "Hello", max_tokens=4, gamma=0)
     curves: dict[str, list[float]] = {}
+    if drafters:
+        curve = load_or_measure(target)
+        for _ in range(CALIBRATION_RETRIES):
+            if not curve.noisy:
+                break
+            setup.log("  the target's cost curve was noisy (a busy machine?): measuring again")
+            curve = load_or_measure(target, refresh=True)
+        curves["target_noisy"] = [float(curve.noisy)]
     for spec, d in drafters.items():
         drafter = d.fresh()
         policy = make_policy(target, drafter, calibrate=True)

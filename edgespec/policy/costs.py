@@ -41,6 +41,12 @@ CALIBRATION_REPS = 4
 CALIBRATION_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48)
 CURVE_VERSION = 3  # part of the cache key: v2 keys (path and mtime) read as absent
 NOISY_SPREAD = 1.25  # median / fastest repetition above this: something else was running
+# A timed size may cost less than a smaller one (the staircase above: up to 1.24x
+# here); one costing this much more than a larger size was slowed by something else,
+# in every repetition. (A bench's warm-up once timed 8 rows at 282 ms and 12 rows at
+# 102 ms, 4 repetitions each: auto then drafted almost nothing at depth 8,000, 0.87x
+# plain on a text where a quiet calibration gives 1.12x.)
+INVERSION_NOISE = 1.5
 IDENTITY_BYTES = 4 << 20  # the model's identity: its size and a hash of its first 4 MiB
 FILLER = "The quick brown fox jumps over the lazy dog near the river bank. " * 12
 
@@ -144,7 +150,7 @@ def measure_curve(
     best = {k: min(v) for k, v in samples.items()}
     spread = max(sorted(v)[len(v) // 2] / min(v) for v in samples.values())
     secs = tuple(float(np.interp(k, sizes, [best[s] for s in sizes])) for k in range(1, max_k + 1))
-    noisy = spread > NOISY_SPREAD
+    noisy = spread > NOISY_SPREAD or inversion(best) > INVERSION_NOISE
     return CostCurve(
         model=model.path.name,
         key=machine_key(model, max_k),
@@ -153,6 +159,16 @@ def measure_curve(
         timed=tuple(sizes),
         provisional=noisy,
     )
+
+
+def inversion(best: dict[int, float]) -> float:
+    """The largest ratio of a timed size's cost to a larger size's (1.0 when costs only
+    rise with the size)."""
+    worst, cheapest_above = 1.0, math.inf
+    for k in sorted(best, reverse=True):
+        worst = max(worst, best[k] / cheapest_above)
+        cheapest_above = min(cheapest_above, best[k])
+    return worst
 
 
 def calibration_file() -> Path:
