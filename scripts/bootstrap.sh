@@ -14,7 +14,9 @@ CMAKE_ARGS="${CMAKE_ARGS:-}"
 case "$CMAKE_ARGS" in *GGML_RPC*) ;; *) CMAKE_ARGS="${CMAKE_ARGS:+$CMAKE_ARGS }-DGGML_RPC=on" ;; esac
 export CMAKE_ARGS
 llama_req="$(grep -o 'llama-cpp-python==[^"]*' "$ROOT/pyproject.toml")"
-llama_want="$llama_req CMAKE_ARGS=$CMAKE_ARGS"
+# edgespec's patches to the llama.cpp that llama-cpp-python vendors (scripts/patches/README.md)
+patches_sum="$(cat "$ROOT"/scripts/patches/*.patch | sha256sum | cut -c1-16)"
+llama_want="$llama_req CMAKE_ARGS=$CMAKE_ARGS patches=$patches_sum"
 if [ ! -x "$VENV/bin/python" ]; then
   echo "edgespec: creating $VENV" >&2
   "$PY" -m venv "$VENV"
@@ -22,9 +24,21 @@ fi
 if [ "$(cat "$LLAMA_STAMP" 2>/dev/null || true)" != "$llama_want" ]; then
   echo "edgespec: building $llama_req ($CMAKE_ARGS; it compiles llama.cpp: 5-20 minutes)" >&2
   "$VENV/bin/python" -m pip install --quiet --upgrade pip >&2
-  # built from source with these flags: never a wheel from pip's cache of another build
-  "$VENV/bin/python" -m pip install --quiet --no-cache-dir --no-binary llama-cpp-python \
-    --force-reinstall --no-deps "$llama_req" >&2
+  # built from its sdist, patched, with these flags: never a wheel from pip's cache
+  src="$VENV/llama-sdist"  # the pristine sdist stays here (tests check the patches apply)
+  rm -rf "$src" && mkdir -p "$src"
+  "$VENV/bin/python" -m pip download --quiet --no-cache-dir --no-deps --no-binary :all: \
+    -d "$src" "$llama_req" >&2
+  tar -xzf "$src"/llama_cpp_python-*.tar.gz -C "$src"
+  tree="$(echo "$src"/llama_cpp_python-*/)"
+  for p in "$ROOT"/scripts/patches/*.patch; do
+    if ! patch -d "$tree" -p1 --forward --batch --quiet <"$p" >&2; then
+      echo "edgespec: $(basename "$p") no longer applies to $llama_req" >&2
+      exit 1
+    fi
+  done
+  "$VENV/bin/python" -m pip install --quiet --no-cache-dir --force-reinstall --no-deps "$tree" >&2
+  rm -rf "$tree"
   rm -f "$STAMP"  # its dependencies come with edgespec's, below
   echo "$llama_want" > "$LLAMA_STAMP"
 fi

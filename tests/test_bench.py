@@ -411,17 +411,17 @@ def test_command_uses_the_workload_verbatim() -> None:
     )  # fmt: skip
     assert cmd[cmd.index("-p") + 1] == w.prompt  # -f would drop a trailing newline
     assert cmd[cmd.index("--spec-draft-n-max") + 1] == "8"
-    assert cmd[cmd.index("-t") + 1] == "2" and "--swa-full" in cmd and "-md" not in cmd
+    assert cmd[cmd.index("-t") + 1] == "2" and "--swa-full" not in cmd and "-md" not in cmd
     spec = llamacpp.command(
         Path("/b/llama-speculative-simple"), target=Path("t.gguf"), workload=w, max_tokens=12,
         threads=2, n_ctx=512, n_draft=4, seed=1, draft=Path("d.gguf"),
     )  # fmt: skip
     assert spec[spec.index("-md") + 1] == "d.gguf"
-    window = llamacpp.command(
+    full = llamacpp.command(
         Path("/b/llama-lookup"), target=Path("t.gguf"), workload=w, max_tokens=12, threads=2,
-        n_ctx=512, n_draft=8, seed=1, swa_full=False,
+        n_ctx=512, n_draft=8, seed=1, swa_full=True,
     )  # fmt: skip
-    assert "--swa-full" not in window and window[: len(cmd) - 1] == cmd[:-1]
+    assert full[-1] == "--swa-full" and full[:-1] == cmd
     assert spec[spec.index("--spec-type") + 1] == "draft-simple"
 
 

@@ -1,8 +1,9 @@
 """Gemma 3's sliding-window layers past their 512-token window: speculation with real
 rejections, rollbacks deeper than a batch, prefix reuse and parallel slots stay exact.
 
-The cache keeps every cell (see LlamaModel); llama.cpp's window-sized ring, taken with
-EDGESPEC_FAST_KERNELS=1, must still never attend over cells it reused."""
+The local layers keep llama.cpp's window-sized ring of 1,024 cells (512 + a batch), with
+edgespec's patch placing position p at cell p mod 1,024 (scripts/patches): a rollback
+across the ring's end, or the window's, decodes into the cells plain decoding used."""
 
 from __future__ import annotations
 
@@ -82,13 +83,16 @@ def test_k_rows_at_depth_are_bit_equal_to_one_token_decodes(gemma, rows) -> None
         (330, "ngram", 6),  # a 470-token prompt: the verify batches cross position 512
         (1000, "ngram", 6),  # 1,400 tokens: past the window and the 1,024 cells
         (1000, "model", 4),
+        (-1000, "ngram", 6),  # a 1,000-token prompt: the verify batches cross cell 1,023
     ],
 )
 def test_greedy_speculation_past_the_window_equals_plain(
     gemma, q4_draft, n_words, drafter, gamma, monkeypatch
 ) -> None:
     monkeypatch.setattr(adaptive, "LOSS_SHARE", math.inf)  # draft even where it loses
-    prompt = _prompt(n_words, seed=n_words)
+    prompt = _prompt(abs(n_words), seed=n_words)
+    if n_words < 0:
+        prompt = gemma.tokenize(prompt)[:1000]
     gemma.reset()
     plain = generate(gemma, prompt, max_tokens=64, gamma=0)
     gemma.reset()
@@ -103,18 +107,41 @@ def _next_logits(model: LlamaModel, tokens: list[int]) -> np.ndarray:
     return model.decode(tokens[len(model.tokens) :], logits="last")[-1].copy()
 
 
-@pytest.mark.parametrize("keep", [1300, 900, 500])
+@pytest.mark.parametrize(("keep", "rebuilt"), [(1300, 0), (900, 0), (500, 1)])
 def test_a_rollback_deeper_than_the_last_batch_gives_the_logits_of_a_fresh_cache(
-    gemma, fresh, keep
+    gemma, fresh, keep, rebuilt
 ) -> None:
+    # 1,400 tokens leave positions 376-1399 in the ring: 1300 and 900 keep their window
+    # (the 512 positions before them); 500 lost part of its own and is decoded again
     tokens = gemma.tokenize(_prompt(1000, seed=7))[:1400]
     gemma.reset()
     gemma.decode(tokens, logits="none")
     before = gemma.redecodes
     got = _next_logits(gemma, tokens[: keep + 1])
-    assert gemma.redecodes == before  # every cell kept: nothing to rebuild
+    assert gemma.redecodes - before == rebuilt
     fresh.reset()
     np.testing.assert_array_equal(got, _next_logits(fresh, tokens[: keep + 1]))
+
+
+@pytest.mark.parametrize("keep", [1021, 1023])
+def test_a_rollback_across_the_ring_end_decodes_into_plain_decodings_cells(
+    gemma, fresh, keep
+) -> None:
+    # A batch at positions 1020-1030 fills cells 1020-1023 and 0-6. Rolled back to keep,
+    # llama.cpp's own search would put position keep in the lowest freed cell (0), and the
+    # window would be summed in another order; the patch puts it in cell keep mod 1,024.
+    tokens = gemma.tokenize(_prompt(1000, seed=5))[:1031]
+    gemma.reset()
+    gemma.decode(tokens[:1020], logits="none")
+    gemma.decode(tokens[1020:], logits="none")
+    before = gemma.redecodes
+    gemma.truncate(keep)
+    got = gemma.decode(tokens[keep : keep + 1], logits="last")[-1].copy()
+    assert (gemma.n_swa, gemma.redecodes - before) == (512, 0)  # the ring, nothing rebuilt
+    fresh.reset()
+    fresh.decode(tokens[:keep], logits="none")
+    want = fresh.decode(tokens[keep : keep + 1], logits="last")[-1]
+    assert np.array_equal(got, want), float(np.abs(got - want).max())
 
 
 RING_PROBE = """

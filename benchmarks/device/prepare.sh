@@ -7,7 +7,8 @@
 #                gguf (model writing), diskcache (llama-cpp-python's dependency),
 #                scikit-build-core (llama-cpp-python's build backend, pinned here)
 #   .device-src/ llama-cpp-python's sdist trimmed to what its CUDA build reads
-#                (benchmarks/device/trim_sdist.py: 77 MB -> about 3.5 MB)
+#                (benchmarks/device/trim_sdist.py: 77 MB -> about 3.5 MB), with
+#                scripts/patches applied
 #
 # Both are added to .git/info/exclude (never committed). Prints their sizes; fails
 # if the two together pass DEVICE_CARRY_LIMIT_MB (default 48: the device tool takes
@@ -51,7 +52,15 @@ if [ ! -f "$sdist" ]; then
 fi
 mkdir -p .device-src
 rm -f .device-src/*.tar.gz
-"$PY" benchmarks/device/trim_sdist.py "$sdist" ".device-src/llama_cpp_python-$LLAMA_VERSION.tar.gz"
+# edgespec's patches (scripts/patches) go in before the trim, as scripts/bootstrap.sh does
+unpacked="$(mktemp -d)"
+tar -xzf "$sdist" -C "$unpacked"
+for p in scripts/patches/*.patch; do
+  patch -d "$unpacked/llama_cpp_python-$LLAMA_VERSION" -p1 --forward --batch --quiet <"$p"
+done
+"$PY" benchmarks/device/trim_sdist.py "$unpacked/llama_cpp_python-$LLAMA_VERSION" \
+  ".device-src/llama_cpp_python-$LLAMA_VERSION.tar.gz"
+rm -rf "$unpacked"
 
 whl_kb="$(du -sk .whl | cut -f1)"
 src_kb="$(du -sk .device-src | cut -f1)"

@@ -11,9 +11,10 @@ F16: flash attention takes its split and tiled paths only for keys and values of
 type, F16 or F32, so every row runs the same per-row loop, whatever the batch. BF16
 keys have F16's footprint; F16 values keep llama.cpp's fast accumulation (BF16 values
 cost 10% at depth 8,000: docs/benchmarks.md, "Plain decoding at depth"). Sliding-
-window layers keep every cell for the same reason (see LlamaModel).
-EDGESPEC_FAST_KERNELS=1 restores llama.cpp's defaults (F16 cache, window-sized SWA
-cache), for speed over bit-exactness, but
+window layers keep a window-sized ring whose cells a patch to llama.cpp places by
+position, for the same reason (see LlamaModel).
+EDGESPEC_FAST_KERNELS=1 restores llama.cpp's defaults (F16 cache, matmul kernels), for
+speed over bit-exactness, but
 for the AMX repacking of Intel CPUs that have AMX: its matmul crashes the process on
 the first batch of two or more tokens (llama.cpp issue 20824; Gemma 3 270M and
 SmolLM2 Q4 models on a Xeon with AMX), so there the weights are not repacked at all.

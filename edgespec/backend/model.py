@@ -127,10 +127,11 @@ class LlamaModel(ReusesPrefix):
         cparams.kv_unified = False  # a KV stream per sequence: see edgespec.backend.parallel
         cparams.n_threads = self.n_threads
         cparams.n_threads_batch = self.n_threads
-        # Sliding-window layers keep every cell. llama.cpp's ring of n_swa + n_ubatch cells
-        # (FAST_KERNELS) is cheaper at depth, but after a rollback across its end the next
-        # token lands in another cell than in plain decoding: another summation order.
-        cparams.swa_full = not FAST_KERNELS and ll.llama_model_n_swa(model) > 0
+        # Sliding-window layers keep llama.cpp's ring of n_swa + n_ubatch cells. Exact
+        # after a rollback only with edgespec's patch (scripts/patches/llama-kv-swa-ring.patch):
+        # position p goes to cell p mod size, so a rolled-back position is decoded again
+        # into its own cell and attention sums the window in plain decoding's order.
+        cparams.swa_full = False
         cparams.no_perf = True
         if not FAST_KERNELS and (n_gpu_layers == 0 or self.rpc):  # (CPU workers)
             cparams.type_k, cparams.type_v = GGML_TYPE_BF16, GGML_TYPE_F16  # see FAST_KERNELS
@@ -141,7 +142,7 @@ class LlamaModel(ReusesPrefix):
             raise ModelLoadError(f"cannot create a context for {self.path.name}: {reason}")
         self._ctx = ctx
         self._mem = ll.llama_get_memory(ctx)
-        self.n_swa = 0 if cparams.swa_full else ll.llama_model_n_swa(model)  # ring: window
+        self.n_swa = ll.llama_model_n_swa(model)  # > 0: a ring that holds the window
         self.n_ctx = ll.llama_n_ctx_seq(ctx)  # what one sequence holds
         self.n_seq = n_seq
         # llama.cpp caps the batch at the context size: chunk by what it enforces

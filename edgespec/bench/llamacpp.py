@@ -5,8 +5,8 @@ source package, vendor/llama.cpp; ``cmake --build BUILD --target llama-lookup
 llama-speculative-simple``); ``--llama-cpp-bin DIR`` points at them. Each run
 gets the workload's prompt verbatim (``-p``; for a chat workload, as the runner
 rendered it in the chat template), the same max tokens, temperature,
-thread count and context size, and a full-size SWA cache as edgespec uses (or
-llama.cpp's default window-sized one: ``--llama-swa window``). The
+thread count and context size, and llama.cpp's default window-sized SWA cache as
+edgespec uses (or a full-size one: ``--llama-swa full``). The
 figures come from what they print at the end: decode tokens/s (prompt excluded),
 tokens drafted and accepted. Their peak RSS comes from the kernel (wait4).
 """
@@ -109,10 +109,10 @@ def command(
     n_draft: int,
     seed: int,
     draft: Path | None = None,
-    swa_full: bool = True,
+    swa_full: bool = False,
 ) -> list[str]:
     """The command line for one run (draft is the draft model, for llama-speculative-simple;
-    swa_full False leaves llama.cpp its default window-sized sliding-window cache)."""
+    swa_full True asks for a full-size sliding-window cache, --swa-full)."""
     cmd = [
         str(binary),
         "-m", str(target),

@@ -66,7 +66,7 @@ class BenchSetup:
     n_ctx: int = DEFAULT_CTX
     llama_cpp_bin: Path | None = None
     llama_draft_lengths: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
-    llama_swa_full: bool = True  # False: llama.cpp's default window-sized SWA cache
+    llama_swa_full: bool = False  # True: a full-size SWA cache (--swa-full)
     rpc: list[str] | None = None  # the target's layers on these RPC workers
     log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
 

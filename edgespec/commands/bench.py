@@ -99,9 +99,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--llama-swa",
         choices=("full", "window"),
-        default="full",
-        help="llama.cpp's sliding-window cache: full-size as edgespec's (default) or its own"
-        " default window-sized one",
+        default="window",
+        help="llama.cpp's sliding-window cache: its default window-sized one, as edgespec's"
+        " (default), or full-size",
     )
     p.add_argument(
         "--from-json",
