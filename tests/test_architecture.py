@@ -171,10 +171,13 @@ def test_the_harness_index_lists_exactly_its_files() -> None:
 
 
 def test_scripts_holds_only_entry_points() -> None:
-    """scripts/: the few commands a user or CI runs, at most 600 lines in all."""
+    """scripts/: the few commands a user or CI runs, at most 600 lines in all, and the
+    patches the bootstrap applies to llama.cpp (scripts/patches: .patch files, a README)."""
     files = [p for p in (ROOT / "scripts").iterdir() if p.is_file()]
     assert sum(len(p.read_text().splitlines()) for p in files) <= 600
-    assert not [p for p in (ROOT / "scripts").iterdir() if p.is_dir()]
+    assert [p.name for p in (ROOT / "scripts").iterdir() if p.is_dir()] == ["patches"]
+    patches = (ROOT / "scripts" / "patches").iterdir()
+    assert all(p.suffix == ".patch" or p.name == "README.md" for p in patches)
 
 
 def test_every_project_import_names_a_module() -> None:

@@ -111,7 +111,18 @@ def test_trim_reads_an_unpacked_folder_too(tmp_path: Path) -> None:
     assert names == {f"llama_cpp_python-0.3.36/{rel}" for rel in KEPT}
 
 
-REAL_SDIST = Path("/tmp/llsrc/llama_cpp_python-0.3.36.tar.gz")
+# scripts/bootstrap.sh keeps the sdist it built from; benchmarks/device/prepare.sh's own copy
+REAL_SDIST = next(
+    (
+        p
+        for p in (
+            Path(sys.prefix) / "llama-sdist" / "llama_cpp_python-0.3.36.tar.gz",
+            Path("/tmp/llsrc/llama_cpp_python-0.3.36.tar.gz"),
+        )
+        if p.is_file()
+    ),
+    Path("/tmp/llsrc/llama_cpp_python-0.3.36.tar.gz"),
+)
 
 
 @pytest.mark.skipif(not REAL_SDIST.is_file(), reason="the real sdist is not downloaded here")
