@@ -56,7 +56,8 @@ rm -f .device-src/*.tar.gz
 unpacked="$(mktemp -d)"
 tar -xzf "$sdist" -C "$unpacked"
 for p in scripts/patches/*.patch; do
-  patch -d "$unpacked/llama_cpp_python-$LLAMA_VERSION" -p1 --forward --batch --quiet <"$p"
+  (cd "$unpacked/llama_cpp_python-$LLAMA_VERSION" &&
+    GIT_CEILING_DIRECTORIES="$unpacked" git apply -p1 "$ROOT/$p")
 done
 "$PY" benchmarks/device/trim_sdist.py "$unpacked/llama_cpp_python-$LLAMA_VERSION" \
   ".device-src/llama_cpp_python-$LLAMA_VERSION.tar.gz"
