@@ -32,8 +32,8 @@ if [ "$(cat "$LLAMA_STAMP" 2>/dev/null || true)" != "$llama_want" ]; then
   tar -xzf "$src"/llama_cpp_python-*.tar.gz -C "$src"
   tree="$(echo "$src"/llama_cpp_python-*/)"
   for p in "$ROOT"/scripts/patches/*.patch; do
-    # git apply (no fuzz); the ceiling keeps it from finding edgespec's own repository
-    # above the tree, where it would skip every path silently
+    # git apply (no fuzz). The sdist ships its own .git; should it ever not, the ceiling
+    # keeps git from finding edgespec's repository above, where it skips every path
     if ! (cd "$tree" && GIT_CEILING_DIRECTORIES="$src" git apply -p1 "$p") >&2; then
       echo "edgespec: $(basename "$p") no longer applies to $llama_req" >&2
       exit 1

@@ -43,8 +43,13 @@ def test_the_patch_applies_to_the_pristine_sdist(patch: Path, tmp_path: Path) ->
     env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(tmp_path.parent)}
     run = subprocess.run(
         [shutil.which("git") or "git", "apply", "--check", "-v", "-p1", str(patch)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, check=False,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert run.returncode == 0, run.stdout + run.stderr
     for name in files:  # -v names each file it checked: proof that none was skipped
         assert f"Checking patch {name}" in run.stderr, run.stderr
+    assert "offset" not in run.stderr.lower(), run.stderr  # every hunk where it was written
