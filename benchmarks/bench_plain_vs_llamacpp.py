@@ -12,6 +12,9 @@ split the difference into its causes:
   edgespec/backend/kernels.py).
 - ``llama``: llama-bench with llama.cpp's defaults (F16 cache, repacking, auto flash
   attention, a sliding-window cache of window + ubatch cells); the baseline.
+- ``llama-norepack``: llama-bench with weight repacking off, all else default: the
+  baseline on Intel CPUs with AMX, where llama.cpp's repacked matmul crashes on the
+  first batch of two or more tokens (llama.cpp issue 20824; ``--baseline llama-norepack``).
 - ``llama-exact``: llama-bench with edgespec's kernel settings: what the kernels cost
   in llama.cpp itself.
 - ``edgespec-fast``: edgespec with EDGESPEC_FAST_KERNELS=1 (llama.cpp's kernels, F16
@@ -36,6 +39,7 @@ CONFIGS = {
     # name: (side, environment, llama-bench flags)
     "edgespec": ("edgespec", {}, []),
     "llama": ("llama", {}, []),
+    "llama-norepack": ("llama", {}, ["--repack", "0"]),
     "llama-exact": (
         "llama",
         {"GGML_CPU_TILED_MM": "0"},
@@ -85,6 +89,15 @@ def llama_bench_tg(binary: str, path: str, n: int, depth: int, threads: int, env
     return float(json.loads(out.stdout)[0]["avg_ts"])
 
 
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            names = (ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
+            return next(names, "?")
+    except OSError:
+        return "?"
+
+
 def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
@@ -98,18 +111,21 @@ def main() -> int:
     p.add_argument("--n", type=int, default=128)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--configs", default=",".join(CONFIGS), help=f"of {', '.join(CONFIGS)}")
+    p.add_argument("--baseline", default=BASELINE, help="the configuration ratios are to")
     p.add_argument("--json", help="write every run and the ratios here")
     args = p.parse_args()
     configs = args.configs.split(",")
-    if BASELINE not in configs or any(c not in CONFIGS for c in configs):
-        raise SystemExit(f"--configs: names of {', '.join(CONFIGS)}, including {BASELINE}")
+    if args.baseline not in configs or any(c not in CONFIGS for c in configs):
+        raise SystemExit(f"--configs: names of {', '.join(CONFIGS)}, including {args.baseline}")
     from edgespec.loading import resolve_model
 
     path = str(resolve_model(args.model))
     loads = [os.getloadavg()[0]]
     rows = []
     print(
-        "threads  depth  " + "  ".join(f"{c:>14}" for c in configs) + "   (tok/s, ratio to llama)"
+        "threads  depth  "
+        + "  ".join(f"{c:>14}" for c in configs)
+        + f"   (tok/s, ratio to {args.baseline})"
     )
     for threads in _ints(args.threads):
         for depth in _ints(args.depths):
@@ -126,8 +142,9 @@ def main() -> int:
                         )
                     runs[c].append(tps)
                 loads.append(os.getloadavg()[0])
+            base = runs[args.baseline]
             ratio = {
-                c: statistics.median(a / b for a, b in zip(runs[c], runs[BASELINE], strict=True))
+                c: statistics.median(a / b for a, b in zip(runs[c], base, strict=True))
                 for c in configs
             }
             rows.append({"threads": threads, "depth": depth, "runs": runs, "ratio": ratio})
@@ -141,6 +158,8 @@ def main() -> int:
     if args.json:
         report = {
             "model": args.model,
+            "baseline": args.baseline,
+            "cpu": _cpu_name(),
             "n": args.n,
             "reps": args.reps,
             "loads": loads,
