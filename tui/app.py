@@ -9,7 +9,7 @@ from textual.binding import Binding
 
 from .screens.chat import ChatConfig, ChatScreen
 from .session import EngineFactory, GenerationSettings
-from .store import ConversationStore
+from .store import Conversation, ConversationStore
 
 
 class EdgespecApp(App[int]):
@@ -22,6 +22,10 @@ class EdgespecApp(App[int]):
     def __init__(self, config: ChatConfig) -> None:
         super().__init__()
         self.config = config
+        self.worker_lost = False  # an RPC worker was lost: a thread is parked for good
+        # Ctrl+R after the workers came back: start again resuming this conversation
+        # id ("" for none saved); tui.command does it once the terminal is restored
+        self.restart_with: str | None = None
 
     def on_mount(self) -> None:
         """Open the chat screen."""
@@ -41,6 +45,8 @@ def make_app(
     store: ConversationStore | None = None,
     linger_s: float = 1.5,
     show_rejected: bool = False,
+    rpc: tuple[str, ...] = (),
+    resume: Conversation | None = None,
 ) -> EdgespecApp:
     """Build the chat app.
 
@@ -54,6 +60,10 @@ def make_app(
         store: a ready ConversationStore (overrides data_dir).
         linger_s: seconds a rejected draft token stays visible before it fades.
         show_rejected: keep rejected draft tokens visible from the start.
+        rpc: the RPC workers the target is on: a lost one is waited for, then Ctrl+R
+            offers to start again (``restart_with``).
+        resume: a saved conversation to show at start; when it ends with the person's
+            message, its reply is generated once the models are loaded.
     """
     config = ChatConfig(
         engine_factory=engine_factory,
@@ -61,5 +71,7 @@ def make_app(
         settings=settings or GenerationSettings(),
         linger_s=linger_s,
         show_rejected=show_rejected,
+        rpc=rpc,
+        resume=resume,
     )
     return EdgespecApp(config)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import sys
+from collections.abc import Sequence
 from functools import partial
 
 from edgespec.commands.options import (
@@ -13,7 +16,7 @@ from edgespec.commands.options import (
     load_options,
 )
 from edgespec.drafting.build import parse_draft_spec
-from edgespec.errors import EdgespecError
+from edgespec.errors import EdgespecError, one_line
 from edgespec.loading import resolve_model
 
 from .session import GenerationSettings, LlamaChatEngine, ModelChoice
@@ -36,7 +39,30 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="keep rejected draft tokens visible (F6 toggles it in the app)",
     )
+    p.add_argument(
+        "--resume",
+        metavar="ID",
+        help="reopen saved conversation ID (as Ctrl+O does); if it ends with your message, "
+        "its reply is generated once the models are loaded",
+    )
     p.set_defaults(run=run)
+
+
+def restart_argv(args: Sequence[str], conversation_id: str) -> list[str]:
+    """The command line that starts ``edgespec chat ARGS`` again resuming conversation_id
+    (none for ""): any --resume in ARGS is replaced."""
+    kept: list[str] = []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+        elif a == "--resume":
+            skip = True
+        elif not a.startswith("--resume="):
+            kept.append(a)
+    if conversation_id:
+        kept += ["--resume", conversation_id]
+    return [sys.executable, "-m", "edgespec.cli", *kept]
 
 
 def settings_from_args(args: argparse.Namespace) -> GenerationSettings:
@@ -60,8 +86,19 @@ def settings_from_args(args: argparse.Namespace) -> GenerationSettings:
 def run(args: argparse.Namespace) -> int:
     """Open the app; returns its exit status (0 after Ctrl+Q)."""
     from .app import make_app
+    from .store import ConversationStore
 
     settings = settings_from_args(args)
+    resume = None
+    if args.resume is not None:
+        store = ConversationStore()
+        what = f"cannot resume conversation {one_line(args.resume)}"
+        try:
+            resume = store.load(args.resume)
+        except FileNotFoundError:
+            raise EdgespecError(f"{what}: none is saved in {store.dir}") from None
+        except (OSError, ValueError) as e:
+            raise EdgespecError(f"{what}: {one_line(str(e))}") from None
     options = load_options(args)  # the same model options as every other command
     options["rpc"] = tuple(options["rpc"] or ())
     choice = ModelChoice(target=args.target, draft=args.draft, **options)
@@ -75,6 +112,16 @@ def run(args: argparse.Namespace) -> int:
         partial(LlamaChatEngine.load, choice),
         settings=settings,
         show_rejected=args.show_rejected,
+        rpc=choice.rpc,
+        resume=resume,
     )
     app.run()
+    if app.restart_with is not None:  # Ctrl+R after the workers came back
+        print("edgespec: the RPC workers answer again: starting again", file=sys.stderr)
+        sys.stderr.flush()
+        os.execv(sys.executable, restart_argv(sys.argv[1:], app.restart_with))
+    if app.worker_lost:  # a thread is parked inside llama.cpp for good: do not join it
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(app.return_code or 0)
     return app.return_code or 0

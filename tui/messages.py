@@ -47,3 +47,19 @@ class ReplyEnded(Message):
     reply_id: int
     stopped: bool = False
     error: str | None = None
+
+
+@dataclass
+class WorkerLost(Message):
+    """An RPC worker holding the target's layers was lost: the reply streaming, if any,
+    ends here, and the target cannot be used again in this process."""
+
+    error: str
+
+
+@dataclass
+class WorkersProbed(Message):
+    """After a loss: the workers that do not answer yet (none: all are back)."""
+
+    attempt: int
+    missing: tuple[str, ...]

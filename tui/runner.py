@@ -4,6 +4,13 @@ One lock keeps the engine to one job at a time (llama.cpp contexts are not
 thread-safe). Results go back as ``tui.messages`` through ``post``, which must
 be thread-safe (a Textual ``post_message``). Nothing here raises: every
 failure becomes a message a person can read.
+
+With the target on RPC workers (``watch_rpc``), a lost worker parks the thread
+decoding through it for good (edgespec.backend.stay_up_on_worker_loss): each job
+therefore runs on a daemon thread of its own, which the caller (a Textual worker,
+whose thread pool is joined when the app exits) waits on only until the job ends
+or the loss is known. After a loss the runner refuses every job: the parked
+thread keeps the lock and the target, and only a new process can load it again.
 """
 
 from __future__ import annotations
@@ -16,7 +23,14 @@ from textual.message import Message
 
 from edgespec.errors import EdgespecError
 
-from .messages import EngineFailed, EngineLoaded, PlainCallMeasured, ReplyEnded, ReplyEvent
+from .messages import (
+    EngineFailed,
+    EngineLoaded,
+    PlainCallMeasured,
+    ReplyEnded,
+    ReplyEvent,
+    WorkerLost,
+)
 from .prompt import ChatMessage
 from .session import ChatEngine, EngineFactory, GenerationSettings
 
@@ -29,11 +43,36 @@ def error_text(e: BaseException) -> str:
 class EngineRunner:
     """Owns the engine once loaded; each method runs one job on the calling (worker) thread."""
 
-    def __init__(self, factory: EngineFactory, post: Callable[[Message], Any]) -> None:
+    def __init__(
+        self, factory: EngineFactory, post: Callable[[Message], Any], *, watch_rpc: bool = False
+    ) -> None:
         self.factory = factory
         self.post = post
         self.engine: ChatEngine | None = None
+        self.lost: str | None = None  # the lost worker's one-line message, once lost
         self._lock = threading.Lock()
+        self._lost_event = threading.Event()
+        if watch_rpc:
+            from edgespec.backend import on_rpc_worker_lost, stay_up_on_worker_loss
+
+            stay_up_on_worker_loss()
+            on_rpc_worker_lost(self._worker_lost)
+
+    def _worker_lost(self, message: str) -> None:
+        # called once, from the thread that is about to be parked for good
+        self.lost = message
+        self._lost_event.set()
+        self.post(WorkerLost(message))
+
+    def run_job(self, job: Callable[..., None], *args: Any) -> None:
+        """Run job(*args) on a daemon thread; return when it ends or a worker is lost
+        (its thread may then never end: see the module)."""
+        if self.lost is not None:
+            return
+        thread = threading.Thread(target=job, args=args, daemon=True, name="edgespec-engine")
+        thread.start()
+        while thread.is_alive() and not self._lost_event.wait(0.05):
+            pass
 
     def load(self) -> None:
         """Load the models, then time one plain target call for the speed-up estimate."""

@@ -31,6 +31,7 @@ from ..widgets.legend import Legend
 from ..widgets.prompt_input import PromptInput
 from ..widgets.stats_panel import StatsPanel
 from .conversations import ConversationsScreen
+from .recovery import WorkerRecovery
 from .settings_actions import AUTO, SettingsActions
 
 STOP_WORDS = {
@@ -50,9 +51,11 @@ class ChatConfig:
     settings: GenerationSettings = field(default_factory=GenerationSettings)
     linger_s: float = 1.5  # how long a rejected draft token stays visible
     show_rejected: bool = False
+    rpc: tuple[str, ...] = ()  # the target's RPC workers: watched for a loss
+    resume: Conversation | None = None  # shown at start; a reply it lacks is generated
 
 
-class ChatScreen(SettingsActions, Screen):
+class ChatScreen(SettingsActions, WorkerRecovery, Screen):
     """Chat with the target model while watching the drafter's proposals being judged."""
 
     BINDINGS = [
@@ -69,6 +72,7 @@ class ChatScreen(SettingsActions, Screen):
         Binding("f4", "temperature", "Temp", priority=True),
         Binding("f5", "drafter", "Draft", priority=True),
         Binding("f6", "toggle_rejected", "Rejected", priority=True),
+        Binding("ctrl+r", "retry", "Retry", priority=True, show=False),
     ]
 
     def __init__(self, config: ChatConfig) -> None:
@@ -76,7 +80,11 @@ class ChatScreen(SettingsActions, Screen):
         self.config = config
         self.settings = config.settings
         self.show_rejected = config.show_rejected
-        self.runner = EngineRunner(config.engine_factory, self.post_message)
+        self.rpc = config.rpc
+        self.runner = EngineRunner(
+            config.engine_factory, self.post_message, watch_rpc=bool(config.rpc)
+        )
+        self._stop_probing = threading.Event()
         self.engine_info: EngineInfo | None = None
         self.engine_error: str | None = None
         self.conversation = Conversation()
@@ -107,21 +115,24 @@ class ChatScreen(SettingsActions, Screen):
         self.sub_title = "loading models…"
         self.query_one(StatsPanel).show(settings=self.settings, meter=self.meter)
         self.query_one(PromptInput).focus()
+        if self.config.resume is not None:
+            self.load_conversation(self.config.resume)
         self._load_engine()
 
     def on_unmount(self) -> None:
         """Quitting mid-reply: stop the engine (the process would otherwise wait for it)."""
         self._stop.set()
+        self._stop_probing.set()
 
     # --- engine workers (threads; the runner serialises them) -----------------
 
     @work(thread=True, group="engine", exit_on_error=False)
     def _load_engine(self) -> None:
-        self.runner.load()
+        self.runner.run_job(self.runner.load)
 
     @work(thread=True, group="engine", exit_on_error=False)
     def _switch_drafter(self, choice: str) -> None:
-        self.runner.switch_drafter(choice)
+        self.runner.run_job(self.runner.switch_drafter, choice)
 
     @work(thread=True, group="reply", exit_on_error=False)
     def _generate(
@@ -131,7 +142,7 @@ class ChatScreen(SettingsActions, Screen):
         settings: GenerationSettings,
         stop: threading.Event,
     ) -> None:
-        self.runner.reply(reply_id, messages, settings, stop)
+        self.runner.run_job(self.runner.reply, reply_id, messages, settings, stop)
 
     # --- messages from workers ----------------------------------------------------
 
@@ -166,6 +177,8 @@ class ChatScreen(SettingsActions, Screen):
             panel.show(note=f"drafter = {info.draft or 'none'}")
         elif info.draft is None and len(info.drafter_choices) > 1:
             self.notify("No draft model: the target decodes alone. F5 switches drafter.")
+        if first and self.pending_reply() and not self.generating:  # a resumed conversation
+            self._start_reply()
 
     def on_plain_call_measured(self, msg: PlainCallMeasured) -> None:
         """A measured plain target call: the speed-up estimate uses it from now on."""
@@ -271,17 +284,26 @@ class ChatScreen(SettingsActions, Screen):
             why = self.engine_error or "the models are still loading"
             self.notify(f"Cannot send: {why}", severity="warning")
             return False
+        if self.runner.lost is not None:
+            self.notify("Cannot send: an RPC worker was lost (Ctrl+R once it is back).")
+            return False
         if self.generating:
             self.notify("A reply is still streaming: Esc stops it.", severity="warning")
             return False
+        self.conversation.messages.append(StoredMessage(role="user", content=text))
+        self.query_one(ChatLog).add_user(text)
+        self._start_reply()
+        return True
+
+    def _start_reply(self) -> None:
+        # Generate the reply to the conversation's last message, the person's.
+        assert self.engine_info is not None
         info = self.engine_info
         self.conversation.target = info.target
         self.conversation.draft = info.draft
         self.conversation.mode = "chat" if info.chat_mode else "completion"
-        self.conversation.messages.append(StoredMessage(role="user", content=text))
         self._save()
         chat_log = self.query_one(ChatLog)
-        chat_log.add_user(text)
         self._reply = chat_log.add_assistant(
             linger_s=self.config.linger_s, show_rejected=self.show_rejected
         )
@@ -294,7 +316,6 @@ class ChatScreen(SettingsActions, Screen):
         self.generating = True
         messages = [ChatMessage(m.role, m.content) for m in self.conversation.messages]
         self._generate(self._reply_id, messages, self.settings, self._stop)
-        return True
 
     def action_stop(self) -> None:
         """Stop the streaming reply (the app keeps running)."""
