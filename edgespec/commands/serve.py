@@ -88,6 +88,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "leaves the server answering 503 until restarted)",
     )
     p.add_argument(
+        "--supervise",
+        action="store_true",
+        help="run the models in a child process, started again when it crashes (an abort "
+        "in llama.cpp, out of memory): the crash costs the requests on it, not the server, "
+        "which answers 503 with Retry-After meanwhile (always so with --rpc; "
+        "--rpc-retry bounds the restarts)",
+    )
+    p.add_argument(
         "--supervised",
         metavar="DIR",
         help="(set by the front of an --rpc server) run as its child: on a lost worker "
@@ -113,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     check_whole(args.rpc_retry, name="rpc-retry")
     if args.history_file:
         check_history_path(args.history_file)
-    if args.rpc and args.rpc_retry > 0 and not args.supervised:
+    if ((args.rpc and args.rpc_retry > 0) or args.supervise) and not args.supervised:
         return _run_front(args)
     session = load_session(
         args.target,
@@ -204,7 +212,7 @@ def _end_after_loss(keeper: HistoryFile | None):
 
 
 def _run_front(args: argparse.Namespace) -> int:
-    """Serve --rpc from a child process, restarted after a lost worker (see
+    """Serve from a child process, restarted after a lost worker or a crash (see
     edgespec.server.supervisor); this process holds no model."""
     from ..server.proxy import ProxyServer
     from ..server.supervisor import Supervisor
@@ -217,7 +225,7 @@ def _run_front(args: argparse.Namespace) -> int:
         _warn_if_open(args)
 
     argv = getattr(args, "argv", None) or sys.argv[1:]
-    supervisor = Supervisor(argv, args.rpc, retries=args.rpc_retry, log=log,
+    supervisor = Supervisor(argv, args.rpc or [], retries=args.rpc_retry, log=log,
                             on_first_ready=first_ready)  # fmt: skip
     try:
         front = ProxyServer(

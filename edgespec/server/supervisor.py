@@ -11,6 +11,9 @@ The ``Supervisor`` then probes the workers (their HELLO) with backoff and starts
 new child when they all answer, reading the lookup history back. While it
 recovers, /health is 503 ``recovering`` (the loss, the attempt) and requests get
 503 with Retry-After. ``--rpc-retry N`` bounds the attempts after one loss.
+``serve --supervise`` runs a local target the same way, with no workers to probe:
+a crashed child (an abort in llama.cpp, out of memory) is started again after the
+same backoff.
 """
 
 from __future__ import annotations
@@ -177,8 +180,8 @@ class Supervisor:
                 reason = _reason(rc, tail)
                 with self.lock:
                     self.state.error = reason
-                self.log(f"edgespec: reloading the target failed ({reason}); "
-                         "retrying when the workers answer")  # fmt: skip
+                when = " when the workers answer" if self.endpoints else ""
+                self.log(f"edgespec: reloading the target failed ({reason}); retrying{when}")
             first = False
             if not self._wait_for_workers():
                 return 0 if self._stopped() else 1
@@ -218,7 +221,8 @@ class Supervisor:
                 st.lost_at = time.monotonic()
                 st.crashes += 1
             self.lock.notify_all()
-        self.log(f"edgespec: the target is gone ({reason}); reloading when the workers answer")
+        when = " when the workers answer" if self.endpoints else ""
+        self.log(f"edgespec: the target is gone ({reason}); reloading{when}")
 
     def _wait_for_workers(self) -> bool:
         """Probe the workers with backoff until all answer (True), or the attempts
@@ -239,6 +243,11 @@ class Supervisor:
                     f"attempts (--rpc-retry): {self.state.error}"
                 )
                 return False
+            if not self.endpoints:  # a local target (--supervise): restart after backoff
+                with self.lock:
+                    self.lock.wait(backoff if attempt > 1 else 0.0)
+                    backoff = min(2 * backoff, BACKOFF_MAX_S)
+                return not self._stopping
             failed = []
             for ep in self.endpoints:
                 try:
