@@ -27,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -83,6 +84,21 @@ def stop_all(models: list, proxies: list, workers: list) -> None:
     for proc, _ in workers:
         proc.kill()
         proc.wait()
+
+
+def start_serve(command: list[str]) -> tuple[subprocess.Popen[str], tuple[str, int]]:
+    """Start an `edgespec serve ... --port 0` command line; it and its address once it
+    serves (its stderr drained from then on)."""
+    serve = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert serve.stderr is not None
+    for line in serve.stderr:
+        if "serving" in line and " on http://" in line:
+            host, port = line.rsplit("http://", 1)[1].strip().rsplit(":", 1)
+            break
+    else:
+        raise SystemExit("serve did not start")
+    threading.Thread(target=lambda: [None for _ in serve.stderr], daemon=True).start()
+    return serve, (host, int(port))
 
 
 def uptime() -> str:

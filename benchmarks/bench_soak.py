@@ -18,13 +18,12 @@ import http.client
 import json
 import random
 import signal
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
-from bench_rpc import uptime
+from bench_rpc import start_serve, uptime
 
 KINDS = ("complete", "stream", "drop", "oversized", "not_json")
 WEIGHTS = (40, 25, 20, 10, 5)
@@ -115,24 +114,12 @@ def main() -> int:
             str(Path(__file__).with_name("traced_run.py")),
             str(args.tracemalloc),
         ]
-    serve = subprocess.Popen(
+    serve, address = start_serve(
         launch
         + ["serve", "--target", args.target, "--port", "0"]
         + ["--threads", "2", "--ctx", "1024", "--parallel", str(args.parallel)]
-        + ["--max-queue", str(args.max_queue), "--quiet"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+        + ["--max-queue", str(args.max_queue), "--quiet"]
     )
-    assert serve.stderr is not None
-    for line in serve.stderr:
-        if "serving" in line and " on http://" in line:
-            host, port = line.rsplit("http://", 1)[1].strip().rsplit(":", 1)
-            break
-    else:
-        raise SystemExit("serve did not start")
-    threading.Thread(target=lambda: [None for _ in serve.stderr], daemon=True).start()
-    address = (host, int(port))
     rng = random.Random(args.seed)
     counts: collections.Counter[str] = collections.Counter()
     by_kind: dict[str, collections.Counter[str]] = {k: collections.Counter() for k in KINDS}

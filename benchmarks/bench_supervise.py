@@ -19,31 +19,18 @@ import signal
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
-from bench_rpc import uptime
+from bench_rpc import start_serve, uptime
 
 
 def start(target: str, *extra: str) -> tuple[subprocess.Popen[str], tuple[str, int]]:
-    serve = subprocess.Popen(
+    return start_serve(
         [sys.executable, "-m", "edgespec.cli", "serve", "--target", target, "--port", "0"]
         + ["--threads", "1", "--ctx", "1024", "--parallel", "1", "--draft", "none"]
-        + ["--quiet", *extra],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+        + ["--quiet", *extra]
     )
-    assert serve.stderr is not None
-    for line in serve.stderr:
-        if "serving" in line and " on http://" in line:
-            host, port = line.rsplit("http://", 1)[1].strip().rsplit(":", 1)
-            break
-    else:
-        raise SystemExit("serve did not start")
-    threading.Thread(target=lambda: [None for _ in serve.stderr], daemon=True).start()
-    return serve, (host, int(port))
 
 
 def timed(address: tuple[str, int], body: dict) -> float:
