@@ -26,6 +26,7 @@ class EdgespecApp(App[int]):
         # Ctrl+R after the workers came back: start again resuming this conversation
         # id ("" for none saved); tui.command does it once the terminal is restored
         self.restart_with: str | None = None
+        self.restart_history: str | None = None  # ... and the lookup history saved here
 
     def on_mount(self) -> None:
         """Open the chat screen."""

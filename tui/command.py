@@ -45,24 +45,44 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="reopen saved conversation ID (as Ctrl+O does); if it ends with your message, "
         "its reply is generated once the models are loaded",
     )
+    # (set by the restart after a lost worker: the lookup history it saved; read, then deleted)
+    p.add_argument("--lookup-history-from", metavar="PATH", help=argparse.SUPPRESS)
     p.set_defaults(run=run)
 
 
-def restart_argv(args: Sequence[str], conversation_id: str) -> list[str]:
+def restart_argv(
+    args: Sequence[str], conversation_id: str, history: str | None = None
+) -> list[str]:
     """The command line that starts ``edgespec chat ARGS`` again resuming conversation_id
-    (none for ""): any --resume in ARGS is replaced."""
+    (none for "") with the lookup history saved at history: any --resume and
+    --lookup-history-from in ARGS are replaced."""
+    replaced = ("--resume", "--lookup-history-from")
     kept: list[str] = []
     skip = False
     for a in args:
         if skip:
             skip = False
-        elif a == "--resume":
+        elif a in replaced:
             skip = True
-        elif not a.startswith("--resume="):
+        elif not a.startswith(tuple(f"{r}=" for r in replaced)):
             kept.append(a)
     if conversation_id:
         kept += ["--resume", conversation_id]
+    if history:
+        kept += ["--lookup-history-from", history]
     return [sys.executable, "-m", "edgespec.cli", *kept]
+
+
+def load_engine(choice: ModelChoice, history_from: str | None = None) -> LlamaChatEngine:
+    """Load the pair; with history_from, add the lookup history saved there (a restart's)
+    and delete the file. A history that cannot be read is left out: it only speeds up."""
+    engine = LlamaChatEngine.load(choice)
+    if history_from:
+        with contextlib.suppress(OSError, ValueError):
+            engine.history.load(history_from)
+        with contextlib.suppress(OSError):
+            os.unlink(history_from)
+    return engine
 
 
 def settings_from_args(args: argparse.Namespace) -> GenerationSettings:
@@ -109,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
             with contextlib.suppress(EdgespecError):
                 resolve_model(spec)
     app = make_app(
-        partial(LlamaChatEngine.load, choice),
+        partial(load_engine, choice, args.lookup_history_from),
         settings=settings,
         show_rejected=args.show_rejected,
         rpc=choice.rpc,
@@ -119,7 +139,8 @@ def run(args: argparse.Namespace) -> int:
     if app.restart_with is not None:  # Ctrl+R after the workers came back
         print("edgespec: the RPC workers answer again: starting again", file=sys.stderr)
         sys.stderr.flush()
-        os.execv(sys.executable, restart_argv(sys.argv[1:], app.restart_with))
+        argv = restart_argv(sys.argv[1:], app.restart_with, app.restart_history)
+        os.execv(sys.executable, argv)
     if app.worker_lost:  # a thread is parked inside llama.cpp for good: do not join it
         sys.stdout.flush()
         sys.stderr.flush()

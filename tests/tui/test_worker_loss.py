@@ -50,6 +50,36 @@ def test_restart_argv_resumes_the_conversation_in_place_of_any_other() -> None:
         "new",
     ]
     assert restart_argv(["chat"], "")[3:] == ["chat"]
+    again = restart_argv(["chat", "--lookup-history-from", "/a", "--resume", "x"], "y", "/b")
+    assert again[3:] == ["chat", "--resume", "y", "--lookup-history-from", "/b"]
+
+
+def test_a_restart_reads_the_lookup_history_saved_for_it(synthetic_models, tmp_path) -> None:
+    """load_engine adds the documents of the history file to the engine's and deletes
+    the file; a file that is no history is left out (and deleted) without an error."""
+    from edgespec_tui.command import load_engine
+    from edgespec_tui.session import ModelChoice
+
+    from edgespec.drafting.history import LookupHistory
+
+    target = synthetic_models["target"]
+    choice = ModelChoice(target=str(target), draft="ngram", n_ctx=256, n_threads=1)
+    saved = LookupHistory(model=target.name)
+    saved.add([5, 6, 7, 8, 9])
+    saved.add([10, 11, 12])
+    path = tmp_path / "history.json"
+    saved.save(path)
+    engine = load_engine(choice, str(path))
+    try:
+        assert engine.history.documents == 2 and not path.exists()
+    finally:
+        engine.close()
+    path.write_text("not a history")
+    engine = load_engine(choice, str(path))
+    try:
+        assert engine.history.documents == 0 and not path.exists()
+    finally:
+        engine.close()
 
 
 @pytest.mark.asyncio
@@ -178,13 +208,20 @@ def test_a_worker_lost_mid_reply_keeps_the_chat_and_ctrl_r_resumes_it(
 
     require_rpc()
     target, prompt, max_tokens = str(synthetic_models["target"]), "Once upon a time", 120
+    first = "the cat sat on the mat"
     choice = ModelChoice(target=target, draft="ngram", n_ctx=1024, n_threads=1)
     local = LlamaChatEngine.load(choice)
     try:
         settings = GenerationSettings(gamma=4, temperature=0.0, max_tokens=max_tokens)
+        (first_done,) = [
+            e
+            for e in local.stream_reply([ChatMessage("user", first)], settings)
+            if isinstance(e, DoneEvent)
+        ]
+        turns = [ChatMessage("user", first), ChatMessage("assistant", first_done.text)]
         done = [
             e
-            for e in local.stream_reply([ChatMessage("user", prompt)], settings)
+            for e in local.stream_reply([*turns, ChatMessage("user", prompt)], settings)
             if isinstance(e, DoneEvent)
         ]
         expected = done[-1].text
@@ -200,13 +237,16 @@ def test_a_worker_lost_mid_reply_keeps_the_chat_and_ctrl_r_resumes_it(
     term = Terminal(argv, {**ENV, "EDGESPEC_DATA_DIR": str(data_dir)})
     try:
         wait_for("the models to load", lambda: b"ready" in term.output)
+        term.type(first + "\r")  # a whole reply: into the lookup history
+        wait_for("the first reply", lambda: len(saved(data_dir)) == 2)
         term.type(prompt + "\r")
-        wait_for("the reply to stream", lambda: b"generating" in term.output)
+        n = len(term.output)
+        wait_for("the reply to stream", lambda: b"generating" in term.output[n:])
         time.sleep(1.0)
         worker.stop()  # kill -9, mid-reply
         wait_for("the loss to show", lambda: b"Worker lost" in term.output)
         assert term.proc.poll() is None, term.output.decode(errors="replace")[-2000:]
-        assert saved(data_dir) == [("user", prompt)]  # the cut reply is not kept
+        assert saved(data_dir)[2:] == [("user", prompt)]  # the cut reply is not kept
         term.type(CTRL_R)  # the worker is not back: nothing happens
         time.sleep(2.0)
         assert "--resume" not in term.cmdline() and term.proc.poll() is None
@@ -215,9 +255,12 @@ def test_a_worker_lost_mid_reply_keeps_the_chat_and_ctrl_r_resumes_it(
         conv_id = json.loads(next((data_dir / "conversations").glob("*.json")).read_text())["id"]
         term.type(CTRL_R)
         wait_for("the chat to start again", lambda: "--resume" in term.cmdline())
-        assert term.cmdline()[-2:] == ["--resume", conv_id]
-        messages = wait_for("the reply", lambda: len(saved(data_dir)) == 2 and saved(data_dir))
-        assert messages == [("user", prompt), ("assistant", expected)]
+        argv_again = term.cmdline()
+        assert argv_again[-4:-2] == ["--resume", conv_id], argv_again
+        assert argv_again[-2] == "--lookup-history-from", argv_again
+        messages = wait_for("the reply", lambda: len(saved(data_dir)) == 4 and saved(data_dir))
+        assert messages[2:] == [("user", prompt), ("assistant", expected)]
+        assert not Path(argv_again[-1]).exists()  # the history file was read, then deleted
         term.type(CTRL_Q)
         assert term.proc.wait(timeout=60) == 0
     finally:

@@ -11,6 +11,9 @@ A mixin of ChatScreen, which provides the state it reads.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
 import threading
 
 from textual import work
@@ -19,6 +22,7 @@ from edgespec.backend import probe_rpc_worker
 from edgespec.errors import BackendError
 
 from ..messages import WorkerLost, WorkersProbed
+from ..runner import EngineRunner
 from ..store import Conversation
 from ..widgets.assistant_message import AssistantMessage
 from ..widgets.prompt_input import PromptInput
@@ -34,6 +38,7 @@ class WorkerRecovery:
     conversation: Conversation
     generating: bool
     rpc: tuple[str, ...]
+    runner: EngineRunner
     _reply: AssistantMessage | None
     _reply_id: int
     _stop_probing: threading.Event
@@ -107,6 +112,23 @@ class WorkerRecovery:
             self.notify("Still waiting for the workers to answer.", severity="warning")
             return
         self._save()
+        self.app.restart_history = self._save_history()
         saved = bool(self.conversation.messages)
         self.app.restart_with = self.conversation.id if saved else ""
         self.app.exit(0)
+
+    def _save_history(self) -> str | None:
+        # The lookup history of this session's replies, for the restarted chat to read
+        # (the parked thread does not hold its lock: that is taken only around lookups).
+        history = getattr(self.runner.engine, "history", None)
+        if history is None or not len(history):
+            return None
+        fd, path = tempfile.mkstemp(prefix="edgespec-chat-history-", suffix=".json")
+        os.close(fd)
+        try:
+            history.save(path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            return None
+        return path
