@@ -45,8 +45,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="reopen saved conversation ID (as Ctrl+O does); if it ends with your message, "
         "its reply is generated once the models are loaded",
     )
-    # (set by the restart after a lost worker: the lookup history it saved; read, then deleted)
-    p.add_argument("--lookup-history-from", metavar="PATH", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--lookup-history-from",
+        metavar="PATH",
+        help="(set by chat's restart after a lost RPC worker) add the n-gram lookup history "
+        "saved in PATH, then delete the file",
+    )
     p.set_defaults(run=run)
 
 
