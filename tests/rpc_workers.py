@@ -1,5 +1,6 @@
 """RPC workers and `edgespec serve` subprocesses for the tests that use them
-(tests/test_rpc.py, tests/test_self_healing.py)."""
+(tests/test_rpc.py, tests/test_self_healing.py, tests/test_supervise.py and
+tests/tui/test_worker_loss.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from edgespec.backend import RPC_UNAVAILABLE, probe_rpc_worker, rpc_supported
 from edgespec.errors import BackendError
 
 START_TIMEOUT = 60.0  # seconds for a worker to answer (a busy CI machine)
+RECOVERY_S = 60.0  # the issue's bound: service back within 60 s of the worker's return
+GREEDY = {"prompt": "the cat sat on the mat and the", "max_tokens": 12, "temperature": 0}
+LONG = {"prompt": "Once upon a time", "max_tokens": 2000, "temperature": 0, "stream": True}
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
 
@@ -93,3 +97,11 @@ def start_serve(args: list[str]) -> tuple[subprocess.Popen, str]:
         serve.kill()
         raise AssertionError(line + serve.stderr.read())
     return serve, line.rsplit(" on ", 1)[1].strip()
+
+
+def last_event(resp) -> dict:
+    """The last JSON event of a server-sent-event stream (an http.client response)."""
+    import json
+
+    events = [ln for ln in resp.read().decode().splitlines() if ln.startswith("data: {")]
+    return json.loads(events[-1].removeprefix("data: "))

@@ -22,13 +22,18 @@ import urllib.error
 import urllib.request
 
 import pytest
-from rpc_workers import Worker, post, require_rpc, start_serve
+from rpc_workers import (
+    GREEDY,
+    LONG,
+    RECOVERY_S,
+    Worker,
+    last_event,
+    post,
+    require_rpc,
+    start_serve,
+)
 
 from edgespec.bench.latency_proxy import LatencyProxy
-
-RECOVERY_S = 60.0  # the bound: service back within 60 s of the worker's return
-GREEDY = {"prompt": "the cat sat on the mat and the", "max_tokens": 12, "temperature": 0}
-LONG = {"prompt": "Once upon a time", "max_tokens": 2000, "temperature": 0, "stream": True}
 
 
 class Cluster:
@@ -104,11 +109,6 @@ class Cluster:
         for w in self.workers:
             w.stop()
         return rc
-
-
-def last_event(resp: http.client.HTTPResponse) -> dict:
-    events = [ln for ln in resp.read().decode().splitlines() if ln.startswith("data: {")]
-    return json.loads(events[-1].removeprefix("data: "))
 
 
 @pytest.fixture

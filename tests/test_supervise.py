@@ -14,8 +14,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from rpc_workers import post, start_serve
-from test_self_healing import GREEDY, LONG, RECOVERY_S, last_event
+from rpc_workers import GREEDY, LONG, RECOVERY_S, last_event, post, start_serve
 
 
 def child_of(pid: int) -> int:

@@ -113,9 +113,9 @@ def run(args: argparse.Namespace) -> int:
     from .store import ConversationStore
 
     settings = settings_from_args(args)
+    store = ConversationStore()
     resume = None
     if args.resume is not None:
-        store = ConversationStore()
         what = f"cannot resume conversation {one_line(args.resume)}"
         try:
             resume = store.load(args.resume)
@@ -136,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
         partial(load_engine, choice, args.lookup_history_from),
         settings=settings,
         show_rejected=args.show_rejected,
+        store=store,
         rpc=choice.rpc,
         resume=resume,
     )

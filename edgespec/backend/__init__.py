@@ -30,6 +30,7 @@ from .rpc import (
     rpc_worker_lost,
     run_rpc_worker,
     stay_up_on_worker_loss,
+    unanswering_rpc_workers,
     worker_devices,
 )
 from .rpc_watch import DEFAULT_RPC_TIMEOUT_S, check_rpc_timeout
@@ -66,5 +67,6 @@ __all__ = [
     "rpc_worker_lost",
     "run_rpc_worker",
     "stay_up_on_worker_loss",
+    "unanswering_rpc_workers",
     "worker_devices",
 ]

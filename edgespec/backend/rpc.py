@@ -26,6 +26,7 @@ from .rpc_watch import timed_out
 RPC_UNAVAILABLE = "this llama.cpp was built without RPC; rebuild with scripts/bootstrap.sh"
 RPC_DEFAULT_PORT = 50052
 RPC_PROBE_TIMEOUT = 5.0  # seconds to connect to a worker and get its HELLO answer
+RECOVERY_PROBE_TIMEOUT_S = 2.0  # ... when waiting for a lost worker to return
 _RPC_CMD_HELLO = 14  # ggml-rpc.cpp: "RPC_CMD_HELLO must be always 14"
 _RPC_CONN_CAPS_SIZE = 24
 _RPC_PROTO_MAJOR = 7  # RPC_PROTO_MAJOR_VERSION of ggml-rpc.h in llama-cpp-python 0.3.36
@@ -138,6 +139,19 @@ def probe_rpc_worker(endpoint: str, timeout: float = RPC_PROBE_TIMEOUT) -> tuple
             f"{_RPC_PROTO_MAJOR}.x: run the same llama.cpp build on both sides"
         )
     return major, minor, patch
+
+
+def unanswering_rpc_workers(
+    endpoints: Sequence[str], timeout: float = RECOVERY_PROBE_TIMEOUT_S
+) -> list[tuple[str, str]]:
+    """Those of the endpoints that do not answer a HELLO now, each with the one-line why."""
+    failed = []
+    for endpoint in endpoints:
+        try:
+            probe_rpc_worker(endpoint, timeout=timeout)
+        except BackendError as exc:
+            failed.append((endpoint, str(exc)))
+    return failed
 
 
 def stay_up_on_worker_loss() -> None:

@@ -30,13 +30,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..errors import BackendError
 from .metrics import Metric
 
 EXIT_WORKER_LOST = 75  # a child that lost a worker ends with this (EX_TEMPFAIL)
 DEFAULT_RPC_RETRY = 150  # attempts after one loss (backoff to 2 s: about 5 minutes)
+# between probes of lost workers (also chat's, tui/screens/recovery.py); each probe, a
+# HELLO, waits up to unanswering_rpc_workers' 2 s
 BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.25, 2.0
-PROBE_TIMEOUT_S = 2.0  # a recovering server's HELLO to each worker
 _READY = re.compile(r"^edgespec: serving .* on http://([\d.]+):(\d+)\s*$")
 _PR_SET_PDEATHSIG = 1
 _ENDPOINT = re.compile(r"\d+\.\d+\.\d+\.\d+:\d+")
@@ -227,7 +227,7 @@ class Supervisor:
     def _wait_for_workers(self) -> bool:
         """Probe the workers with backoff until all answer (True), or the attempts
         run out or the server stops (False)."""
-        from ..backend import probe_rpc_worker
+        from ..backend import unanswering_rpc_workers
 
         backoff = BACKOFF_FIRST_S
         while not self._stopped():
@@ -248,12 +248,7 @@ class Supervisor:
                     self.lock.wait(backoff if attempt > 1 else 0.0)
                     backoff = min(2 * backoff, BACKOFF_MAX_S)
                 return not self._stopping
-            failed = []
-            for ep in self.endpoints:
-                try:
-                    probe_rpc_worker(ep, timeout=PROBE_TIMEOUT_S)
-                except BackendError as exc:
-                    failed.append((ep, str(exc)))
+            failed = unanswering_rpc_workers(self.endpoints)
             if not failed:
                 return True
             with self.lock:  # the workers that do not answer now: the lost ones

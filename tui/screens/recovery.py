@@ -18,8 +18,8 @@ import threading
 
 from textual import work
 
-from edgespec.backend import probe_rpc_worker
-from edgespec.errors import BackendError
+from edgespec.backend import unanswering_rpc_workers
+from edgespec.server.supervisor import BACKOFF_FIRST_S, BACKOFF_MAX_S
 
 from ..messages import WorkerLost, WorkersProbed
 from ..runner import EngineRunner
@@ -27,9 +27,6 @@ from ..store import Conversation
 from ..widgets.assistant_message import AssistantMessage
 from ..widgets.prompt_input import PromptInput
 from ..widgets.stats_panel import StatsPanel
-
-BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.25, 2.0  # between probes of lost workers
-PROBE_TIMEOUT_S = 2.0
 
 
 class WorkerRecovery:
@@ -72,13 +69,8 @@ class WorkerRecovery:
         delay, attempt = BACKOFF_FIRST_S, 0
         while not self._stop_probing.is_set():
             attempt += 1
-            missing = []
-            for endpoint in self.rpc:
-                try:
-                    probe_rpc_worker(endpoint, timeout=PROBE_TIMEOUT_S)
-                except BackendError:
-                    missing.append(endpoint)
-            self.post_message(WorkersProbed(attempt, tuple(missing)))
+            missing = tuple(ep for ep, _ in unanswering_rpc_workers(self.rpc))
+            self.post_message(WorkersProbed(attempt, missing))
             if not missing:
                 return
             self._stop_probing.wait(delay)
@@ -105,7 +97,7 @@ class WorkerRecovery:
 
     def action_retry(self) -> None:
         """Ctrl+R after a loss: start again on the workers, resuming this conversation."""
-        if not getattr(self.app, "worker_lost", False):
+        if self.runner.lost is None:
             self.notify("Ctrl+R retries after a lost RPC worker; none was lost.")
             return
         if not self.workers_back:
