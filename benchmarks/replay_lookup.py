@@ -269,6 +269,18 @@ def replay_suffix(
     return seconds, calls
 
 
+def with_compared(n: int, run: Callable, *args):
+    """run(*args) with the lookup comparing n of a gram's latest occurrences (1: the
+    latest only, as before ngram.OCCURRENCES_COMPARED)."""
+    import edgespec.drafting.ngram as ngram
+
+    shipped, ngram.OCCURRENCES_COMPARED = ngram.OCCURRENCES_COMPARED, n
+    try:
+        return run(*args)
+    finally:
+        ngram.OCCURRENCES_COMPARED = shipped
+
+
 def _accepted(draft: Sequence[int], truth: Sequence[int]) -> int:
     n = 0
     while n < len(draft) and n < len(truth) - 1 and draft[n] == truth[n]:
@@ -339,6 +351,7 @@ def main() -> None:
         return
     arms: dict[str, Callable[[list[int], list[int]], tuple[float, int]]] = {
         "edgespec": lambda p, o: replay_edgespec(p, o, curve),
+        "edgespec latest": lambda p, o: with_compared(1, replay_edgespec, p, o, curve),
         "edgespec+counts": lambda p, o: replay_edgespec(p, o, curve, counts=0),
         "edgespec+counts<16": lambda p, o: replay_edgespec(p, o, curve, counts=16),
         **{

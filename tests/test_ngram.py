@@ -85,3 +85,57 @@ def test_ngram_greedy_output_equals_plain(synthetic_models, gamma: int) -> None:
         assert spec.tokens == plain.tokens
         assert spec.stats.drafted > 0 and spec.stats.accepted > 0
         assert spec.stats.draft_calls == 0  # no model was run to draft
+
+
+def test_the_occurrence_agreeing_longest_is_continued_not_the_latest() -> None:
+    d = NgramDrafter()
+    quoted = [10, 11, 12, 13, 1, 2, 3, 4, 20, 21, 22]  # a document in which 1 2 3 4 recurs
+    later = [30, 31, 1, 2, 3, 4, 40, 41, 42]
+    # the context quotes the document: its tail agrees 8 tokens with the first
+    # occurrence of 1 2 3 4 and only 4 with the latest one
+    context = [*quoted, *later, 10, 11, 12, 13, 1, 2, 3, 4]
+    draft = d.propose(context, 3, GREEDY, RNG)
+    assert (draft.tokens, draft.match_len) == ([20, 21, 22], 8)
+
+
+def _reference(context: list[int], n: int, compared: int) -> tuple[list[int], int]:
+    """What NgramDrafter proposes, by brute force over the context (no history)."""
+    from edgespec.drafting.ngram import CONTESTED_MIN_MATCH, DEFAULT_NGRAM_MAX, MATCH_LEN_CAP
+
+    for k in range(min(DEFAULT_NGRAM_MAX, len(context) - 1), 0, -1):
+        tail = context[-k:]
+        ends = [e for e in range(k, len(context)) if context[e - k : e] == tail]
+        if not ends:
+            continue
+
+        def agreement(e: int) -> int:
+            a = 0
+            while a < MATCH_LEN_CAP and e - 1 - a >= 0 and context[e - 1 - a] == context[-1 - a]:
+                a += 1
+            return a
+
+        best = max(reversed(ends[-compared:]), key=agreement)  # the latest among equals
+        contested = len({context[e] for e in ends}) > 1
+        if contested and agreement(best) < CONTESTED_MIN_MATCH:
+            return [], 0
+        return context[best : best + n], agreement(best)
+    return [], 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_proposals_equal_a_brute_force_search(seed: int) -> None:
+    from edgespec.drafting.ngram import OCCURRENCES_COMPARED
+
+    rng = np.random.default_rng(seed)
+    # a few symbols, so that grams recur often, with copied stretches
+    context = [int(x) for x in rng.integers(0, 4, 40)]
+    d = NgramDrafter()
+    for step in range(400):
+        if rng.random() < 0.3:
+            start = int(rng.integers(0, len(context) - 8))
+            context += context[start : start + int(rng.integers(1, 8))]
+        else:
+            context.append(int(rng.integers(0, 4)))
+        draft = d.propose(context, 5, GREEDY, RNG)
+        want = _reference(context, 5, OCCURRENCES_COMPARED)
+        assert (draft.tokens, draft.match_len or 0) == want, step
