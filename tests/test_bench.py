@@ -422,6 +422,11 @@ def test_command_uses_the_workload_verbatim() -> None:
         n_ctx=512, n_draft=8, seed=1, swa_full=True,
     )  # fmt: skip
     assert full[-1] == "--swa-full" and full[:-1] == cmd
+    amx = llamacpp.command(
+        Path("/b/llama-lookup"), target=Path("t.gguf"), workload=w, max_tokens=12, threads=2,
+        n_ctx=512, n_draft=8, seed=1, no_repack=True,
+    )  # fmt: skip
+    assert amx[-1] == "--no-repack" and amx[:-1] == cmd
     assert spec[spec.index("--spec-type") + 1] == "draft-simple"
 
 

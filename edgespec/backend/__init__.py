@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .bindings import json_schema_to_gbnf, ll
 from .gbnf import GrammarMatcher, check_gbnf, compile_grammar
-from .kernels import FAST_KERNELS, default_threads
+from .kernels import FAST_KERNELS, cpu_has_amx, default_threads
 from .model import (
     DEFAULT_BATCH,
     DEFAULT_CTX,
@@ -52,6 +52,7 @@ __all__ = [
     "check_rpc_timeout",
     "check_gbnf",
     "compile_grammar",
+    "cpu_has_amx",
     "default_threads",
     "device_info",
     "json_schema_to_gbnf",

@@ -29,7 +29,8 @@ if not FAST_KERNELS:
     os.environ.setdefault("GGML_CPU_TILED_MM", "0")
 
 
-def _cpu_has_amx() -> bool:
+def cpu_has_amx() -> bool:
+    """Whether this CPU has AMX (where llama.cpp's weight repacking crashes, see above)."""
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
             return any(line.startswith("flags") and " amx_tile" in line for line in f)
@@ -38,7 +39,7 @@ def _cpu_has_amx() -> bool:
 
 
 #: weights repacked into llama.cpp's extra buffer types (fast mode, where it is safe)
-REPACK_WEIGHTS = FAST_KERNELS and not _cpu_has_amx()
+REPACK_WEIGHTS = FAST_KERNELS and not cpu_has_amx()
 
 
 def default_threads() -> int:

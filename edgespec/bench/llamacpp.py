@@ -110,9 +110,12 @@ def command(
     seed: int,
     draft: Path | None = None,
     swa_full: bool = False,
+    no_repack: bool = False,
 ) -> list[str]:
     """The command line for one run (draft is the draft model, for llama-speculative-simple;
-    swa_full True asks for a full-size sliding-window cache, --swa-full)."""
+    swa_full True asks for a full-size sliding-window cache, --swa-full; no_repack turns
+    off weight repacking, --no-repack, which crashes on CPUs with AMX: llama.cpp issue
+    20824)."""
     cmd = [
         str(binary),
         "-m", str(target),
@@ -127,6 +130,8 @@ def command(
     ]  # fmt: skip
     if swa_full:
         cmd.append("--swa-full")
+    if no_repack:
+        cmd.append("--no-repack")
     if draft is not None:
         cmd += ["-md", str(draft), "--spec-type", "draft-simple", "-td", str(threads)]
     return cmd

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..backend import DEFAULT_CTX, LlamaModel
+from ..backend import DEFAULT_CTX, LlamaModel, cpu_has_amx
 from ..chat_template import ChatFormat
 from ..drafting import Drafter, build_drafter
 from ..engine import generate, stream_generate
@@ -197,6 +197,8 @@ def run_bench(setup: BenchSetup) -> tuple[Records, dict]:
         "configs": [c.__dict__ for c in configs],
         "calibration": curves,
         "llama_cpp_binaries": {k: str(v) for k, v in bins.items()},
+        # llama.cpp's defaults, but on a CPU with AMX, where its repacking crashes
+        "llama_cpp_no_repack": cpu_has_amx(),
         "depth_ceilings": depth_ceilings,
         "prompt_tokens": {
             w.name: len(target.tokenize(w.prompt, add_special=True, parse_special=True))
@@ -360,6 +362,7 @@ def _run_llamacpp(
         seed=rep,
         draft=Path(c.drafter) if c.drafter else None,
         swa_full=setup.llama_swa_full,
+        no_repack=cpu_has_amx(),
     )
     result, rss = llamacpp.run(cmd)
     return result.to_record(rss)
