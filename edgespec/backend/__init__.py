@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .bindings import json_schema_to_gbnf, ll
 from .gbnf import GrammarMatcher, check_gbnf, compile_grammar
+from .heap import limit_arenas, trim_heap
 from .kernels import FAST_KERNELS, cpu_has_amx, default_threads
 from .model import (
     DEFAULT_BATCH,
@@ -56,6 +57,7 @@ __all__ = [
     "default_threads",
     "device_info",
     "json_schema_to_gbnf",
+    "limit_arenas",
     "ll",
     "model_description",
     "on_rpc_worker_lost",
@@ -68,6 +70,7 @@ __all__ = [
     "rpc_worker_lost",
     "run_rpc_worker",
     "stay_up_on_worker_loss",
+    "trim_heap",
     "unanswering_rpc_workers",
     "worker_devices",
 ]

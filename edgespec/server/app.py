@@ -21,7 +21,7 @@ from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..backend import on_rpc_worker_lost, stay_up_on_worker_loss
+from ..backend import limit_arenas, on_rpc_worker_lost, stay_up_on_worker_loss, trim_heap
 from ..completion.session import (
     DEFAULT_MAX_LINES,
     CodeRules,
@@ -101,6 +101,7 @@ class EdgespecServer(ThreadingHTTPServer):
             # stay_up_on_worker_loss): /health says so, and new requests get a 503
             stay_up_on_worker_loss()
             on_rpc_worker_lost(self._worker_lost)
+        limit_arenas()  # a thread per connection: see edgespec.backend.heap
         super().__init__(address, Handler)
 
     def _worker_lost(self, message: str) -> None:
@@ -109,6 +110,14 @@ class EdgespecServer(ThreadingHTTPServer):
         else:
             self.after_loss(message)
         self.scheduler.fail_all(RpcWorkerLost(message))
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        """Serve one connection on its thread, then give the C heap's free pages back
+        (at most once a second; see edgespec.backend.heap)."""
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            trim_heap()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A connection's unexpected failure: a client that reset it is no news."""

@@ -192,3 +192,21 @@ def test_a_client_that_closed_while_queued_is_cancelled(fim_server: Running, mon
     wait_for(lambda: any(blocked.polls))  # its handler noticed
     blocked.release()
     wait_for(lambda: fim_server.health()["cancelled"] > cancelled)
+
+
+def test_a_closed_connection_gives_the_heaps_free_pages_back(
+    fim_server: Running, monkeypatch
+) -> None:
+    import edgespec.server.app as app
+
+    trims: list[float] = []
+    monkeypatch.setattr(app, "trim_heap", lambda: trims.append(time.monotonic()) or True)
+    host, port = fim_server.base.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    for _ in range(2):  # two requests on one keep-alive connection: its thread lives on
+        conn.request("GET", "/health")
+        conn.getresponse().read()
+    time.sleep(0.2)
+    assert trims == []
+    conn.close()
+    wait_for(lambda: len(trims) == 1, timeout=10)
