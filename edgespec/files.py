@@ -1,6 +1,7 @@
 """Replacing a file whole: readers see the old content or the new, never half of either.
 
-Also :func:`check_regular_file`, which refuses a model path that is no regular file.
+Also :func:`check_regular_file`, which refuses a model path that is no regular file, and
+:func:`check_gguf_file`, which also wants GGUF's magic.
 """
 
 from __future__ import annotations
@@ -89,3 +90,18 @@ def check_regular_file(path: str | Path) -> None:
     if not stat.S_ISREG(mode):
         kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
         raise ModelLoadError(f"cannot load {path}: it is {kind}, not a regular file")
+
+
+GGUF_MAGIC = b"GGUF"
+
+
+def check_gguf_file(path: Path) -> None:
+    """ModelLoadError (one line) unless path is a readable regular file with GGUF's magic."""
+    check_regular_file(path)  # by stat, before opening: a named pipe would block the open
+    try:
+        with path.open("rb") as f:
+            magic = f.read(4)
+    except OSError as exc:
+        raise ModelLoadError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if magic != GGUF_MAGIC:
+        raise ModelLoadError(f"not a GGUF file (bad magic {magic!r}): {path}")

@@ -5,6 +5,7 @@ Only ``bindings`` imports ``llama_cpp``; it sets the kernel mode first.
 
 from __future__ import annotations
 
+from ..files import check_gguf_file
 from .bindings import json_schema_to_gbnf, ll
 from .gbnf import GrammarMatcher, check_gbnf, compile_grammar
 from .heap import limit_arenas, trim_heap
@@ -15,7 +16,6 @@ from .model import (
     FimTokens,
     LlamaModel,
     VocabInfo,
-    check_gguf_file,
 )
 from .quantize import QUANT_TYPES, model_description, quant_type, quantize_model
 from .rpc import (

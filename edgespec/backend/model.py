@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import BackendError, ModelLoadError, RpcWorkerLost
-from ..files import check_regular_file
+from ..files import check_gguf_file
 from ..prefix import ReusesPrefix
 from .bindings import ll
+from .checkpoints import is_prefill, window_checkpoints
 from .compute import ComputeThread, local_compute
 from .gbnf import GrammarMatcher, compile_grammar
 from .kernels import FAST_KERNELS, REPACK_WEIGHTS, default_threads
@@ -36,20 +37,7 @@ if TYPE_CHECKING:
 DEFAULT_CTX = 4096
 MAX_SEQ = 64  # sequences one context may hold (llama.cpp's LLAMA_MAX_SEQ is 256)
 DEFAULT_BATCH = 512
-GGUF_MAGIC = b"GGUF"
 GGML_TYPE_BF16, GGML_TYPE_F16 = 30, 1
-
-
-def check_gguf_file(path: Path) -> None:
-    """ModelLoadError (one line) unless path is a readable regular file with GGUF's magic."""
-    check_regular_file(path)  # by stat, before opening: a named pipe would block the open
-    try:
-        with path.open("rb") as f:
-            magic = f.read(4)
-    except OSError as exc:
-        raise ModelLoadError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if magic != GGUF_MAGIC:
-        raise ModelLoadError(f"not a GGUF file (bad magic {magic!r}): {path}")
 
 
 class LlamaModel(ReusesPrefix):
@@ -151,6 +139,7 @@ class LlamaModel(ReusesPrefix):
         self.tokens: list[int] = []
         self.redecodes = 0  # times a rollback had to rebuild the cache by re-decoding
         self._views: list = []  # sequence(i) views, made on first use
+        self.checkpoints = window_checkpoints(self, 0)
 
     # --- vocabulary -------------------------------------------------------
 
@@ -256,6 +245,8 @@ class LlamaModel(ReusesPrefix):
                 self._resync_after_failure()
                 raise BackendError(f"llama_decode failed with code {rc}")
             self.tokens.extend(chunk)
+        if self.checkpoints is not None and is_prefill(tokens, logits):
+            self.checkpoints.take(self.tokens)
         if not rows:
             return np.empty((0, self.n_vocab), dtype=np.float32)
         return self._logit_rows([r - last_start for r in rows])
@@ -344,10 +335,14 @@ class LlamaModel(ReusesPrefix):
             del self.tokens[n:]
             return
         keep = self.tokens[:n]
-        self.reset()
-        self.redecodes += 1
-        if keep:
-            self.decode(keep, logits="none")
+        start = self.checkpoints.restore(self.tokens, n) if self.checkpoints else 0
+        if start:
+            del self.tokens[start:]
+        else:
+            self.reset()
+            self.redecodes += 1
+        if keep[start:]:
+            self.decode(keep[start:], logits="none")
 
     def rolled_back(self, seq_id: int, n: int) -> bool:
         """Drop seq_id's cells from n on; False if the caller must rebuild the first n
@@ -366,6 +361,8 @@ class LlamaModel(ReusesPrefix):
         with watched(self.rpc, self.rpc_timeout):  # (clears the workers' buffers too)
             ll.llama_memory_clear(self._mem, True)
         self.tokens.clear()
+        if self.checkpoints is not None:
+            self.checkpoints.clear()
 
     def close(self) -> None:
         """Free the context and the model (idempotent). Not after a lost worker: a thread

@@ -36,6 +36,7 @@ import numpy as np
 from ..errors import BackendError, RpcWorkerLost
 from ..prefix import ReusesPrefix
 from .bindings import ll
+from .checkpoints import is_prefill, window_checkpoints
 from .rows import decode_rows
 from .rpc import on_rpc_worker_lost
 
@@ -278,6 +279,7 @@ class SequenceView(ReusesPrefix):
         self.tokens: list[int] = []
         self.redecodes = 0
         self.shared_last = False  # the last decode carried other sequences' rows
+        self.checkpoints = window_checkpoints(model, seq_id)
 
     def __getattr__(self, name: str):
         # vocabulary, path, n_vocab, n_batch, n_threads, rpc, ...: the model's
@@ -335,6 +337,9 @@ class SequenceView(ReusesPrefix):
             chunk = tokens[start:end]
             out = self.batcher.decode(self, chunk, [start + i in wanted for i in range(len(chunk))])
             self.tokens.extend(chunk)
+        if self.checkpoints is not None and is_prefill(tokens, logits):
+            with self.batcher.exclusive():
+                self.checkpoints.take(self.tokens)
         return out
 
     def _pieces(self, n: int, last_start: int) -> Iterator[tuple[int, int]]:
@@ -355,22 +360,30 @@ class SequenceView(ReusesPrefix):
             return
         if n < 0:
             raise BackendError(f"cannot truncate to {n} tokens")
+        start = 0
         with self.batcher.exclusive():
             kept = self.model.rolled_back(self.seq_id, n)
+            if not kept and self.checkpoints is not None:
+                start = self.checkpoints.restore(self.tokens, n)
         if kept:
             del self.tokens[n:]
             return
-        keep = self.tokens[:n]  # see LlamaModel.rolled_back: rebuild
-        self.reset()
-        self.redecodes += 1
-        if keep:
-            self.decode(keep, logits="none")
+        keep = self.tokens[:n]  # see LlamaModel.rolled_back: rebuild (from a checkpoint if any)
+        if start:
+            del self.tokens[start:]
+        else:
+            self.reset()
+            self.redecodes += 1
+        if keep[start:]:
+            self.decode(keep[start:], logits="none")
 
     def reset(self) -> None:
         """Empty this sequence's cells (the others keep theirs)."""
         with self.batcher.exclusive():
             ll.llama_memory_seq_rm(self.model._mem, self.seq_id, -1, -1)
         self.tokens.clear()
+        if self.checkpoints is not None:
+            self.checkpoints.clear()
 
     def _resync(self) -> None:
         # called by a leader, holding the context: drop cells past what we track
