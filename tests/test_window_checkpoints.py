@@ -18,7 +18,10 @@ pytestmark = pytest.mark.real_model
 N_CTX = 3072
 PROMPT = 1200  # the prefill that takes the checkpoint
 REPLY = 700  # then decoded as a reply: the ring (1,024 cells) no longer holds PROMPT's window
-WORDS = "river stone light quiet metal garden paper window forest cloud north table".split()
+WORDS = [
+    "river", "stone", "light", "quiet", "metal", "garden",
+    "paper", "window", "forest", "cloud", "north", "table",
+]  # fmt: skip
 
 
 def _tokens(model: LlamaModel, seed: int, n: int) -> list[int]:
