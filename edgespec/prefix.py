@@ -19,6 +19,7 @@ class ReusesPrefix:
     (a model's own sequence, or one sequence of a shared context)."""
 
     tokens: list[int]
+    redecodes: int
 
     def truncate(self, n: int) -> None:  # pragma: no cover (each class has its own)
         """Keep the first n tokens of the cache, drop the rest."""
@@ -32,3 +33,24 @@ class ReusesPrefix:
         n = common_prefix(self.tokens, tokens[: len(tokens) - 1])  # one left to decode
         self.truncate(n)
         return n
+
+    def rebuild(self, n: int, start: int) -> None:
+        """After a rollback to n the cache could not keep: decode the first n tokens
+        again, from ``start`` (a checkpoint restored the first ``start``) or, at 0,
+        from an emptied cache."""
+        keep = self.tokens[:n]
+        if start:
+            del self.tokens[start:]
+        else:
+            self.reset()
+            self.redecodes += 1
+        if keep[start:]:
+            self.decode(keep[start:], logits="none")
+
+    def reset(self) -> None:  # pragma: no cover (each class has its own)
+        """Empty the cache."""
+        raise NotImplementedError
+
+    def decode(self, tokens: Sequence[int], *, logits: str = "last") -> object:  # pragma: no cover
+        """Append tokens to the cache (each class has its own)."""
+        raise NotImplementedError

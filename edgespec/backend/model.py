@@ -334,15 +334,8 @@ class LlamaModel(ReusesPrefix):
         if self.rolled_back(0, n):
             del self.tokens[n:]
             return
-        keep = self.tokens[:n]
         start = self.checkpoints.restore(self.tokens, n) if self.checkpoints else 0
-        if start:
-            del self.tokens[start:]
-        else:
-            self.reset()
-            self.redecodes += 1
-        if keep[start:]:
-            self.decode(keep[start:], logits="none")
+        self.rebuild(n, start)
 
     def rolled_back(self, seq_id: int, n: int) -> bool:
         """Drop seq_id's cells from n on; False if the caller must rebuild the first n

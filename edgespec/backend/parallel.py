@@ -368,14 +368,7 @@ class SequenceView(ReusesPrefix):
         if kept:
             del self.tokens[n:]
             return
-        keep = self.tokens[:n]  # see LlamaModel.rolled_back: rebuild (from a checkpoint if any)
-        if start:
-            del self.tokens[start:]
-        else:
-            self.reset()
-            self.redecodes += 1
-        if keep[start:]:
-            self.decode(keep[start:], logits="none")
+        self.rebuild(n, start)  # see LlamaModel.rolled_back
 
     def reset(self) -> None:
         """Empty this sequence's cells (the others keep theirs)."""
