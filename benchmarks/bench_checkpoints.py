@@ -6,8 +6,8 @@ window-sized ring can roll back: 512 on Gemma 3), then the same prompt is asked 
 as a chat's "regenerate" or a client's retry does. With checkpoints the second request
 restores the copy taken after the first prompt's prefill; without (``checkpoints`` set
 to None on the model) it decodes the whole prompt again. One model, the two settings
-in turn (A B B A ...), each timed from the request to its first token (``prompt_s``);
-the greedy replies must be equal.
+in turn (A B B A ...), each second request timed over its prompt phase (``prompt_s``:
+the rollback and what is decoded again); the greedy replies must be equal.
 
     .venv/bin/python benchmarks/bench_checkpoints.py --depth 8000 --reps 3 \\
         --json docs/bench/checkpoints.json
@@ -46,7 +46,7 @@ def main() -> int:
     prompt, reply = tokens[: args.depth], tokens[args.depth : args.depth + args.reply]
     times: dict[str, list[float]] = {"checkpoints": [], "none": []}
     answers: dict[str, list[int]] = {}
-    order = [s for _ in range(args.reps) for s in ("checkpoints", "none", "none", "checkpoints")]
+    order = ("checkpoints", "none", "none", "checkpoints") * args.reps
     for setting in order[: 2 * args.reps]:
         model.checkpoints = kept if setting == "checkpoints" else None
         model.reset()

@@ -51,6 +51,8 @@ class ReusesPrefix:
         """Empty the cache."""
         raise NotImplementedError
 
-    def decode(self, tokens: Sequence[int], *, logits: str = "last") -> object:  # pragma: no cover
-        """Append tokens to the cache (each class has its own)."""
+    def decode(  # pragma: no cover (each class has its own)
+        self, tokens: Sequence[int], *, logits: str | Sequence[int] = "last"
+    ) -> object:
+        """Append tokens to the cache."""
         raise NotImplementedError

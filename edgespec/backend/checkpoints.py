@@ -86,12 +86,10 @@ class WindowCheckpoints:
             last = ll.llama_memory_seq_pos_max(self._mem, self.seq_id)
             first = ll.llama_memory_seq_pos_min(self._mem, self.seq_id)
             if read == len(cp.data) and last == m - 1 and first <= max(0, m - self.n_swa):
-                self.held = [c for c in self.held if len(c.tokens) <= m]
                 self.restores += 1
                 return m
             break  # a failed restore leaves the cells unknown: decode from the start
-        self.held.clear()
-        return 0
+        return 0  # (the caller's reset then drops every checkpoint)
 
     def clear(self) -> None:
         """Drop every checkpoint (the sequence was emptied)."""
