@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 
+from .. import context_overflow as overflow
 from ..completion.history_file import DEFAULT_SAVE_INTERVAL_S, HistoryFile, check_history_path
 from ..completion.session import AUTO, CompletionSession, load_session
 from ..errors import InvalidParameterError
@@ -101,6 +102,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="(set by the front of an --rpc server) run as its child: on a lost worker "
         "exit 75 after saving state in DIR",
     )
+    p.add_argument(
+        "--context-overflow",
+        choices=overflow.MODES,
+        default=overflow.ERROR,
+        help=f"{overflow.HELP}; the response says so in usage and an "
+        "X-Edgespec-Truncated-Messages header (chat only: a plain prompt over the context "
+        f"is always refused; default {overflow.ERROR})",
+    )
     p.add_argument("--name", help="model id clients use (default: the --target name)")
     p.add_argument("--quiet", action="store_true", help="do not log requests")
     p.set_defaults(run=run)
@@ -150,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
             log=log,
             max_queue=args.max_queue,
             after_loss=_end_after_loss(keeper) if args.supervised else None,
+            context_overflow=args.context_overflow,
         )
     except OSError as e:
         raise InvalidParameterError(

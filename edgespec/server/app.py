@@ -27,14 +27,17 @@ from ..completion.session import (
     CodeRules,
     CompletionSession,
 )
+from ..context_overflow import ERROR, check_mode
 from ..errors import InvalidParameterError, RpcWorkerLost
-from ..tools.formats import GENERIC, detect, template_messages
-from ..tools.grammar import tool_grammar
+from ..grammar.tools import special_tokens, tool_grammar
+from ..tools import ToolError
+from ..tools.formats import GENERIC, detect
 from .errors import ApiError, bad_request, from_exception
 from .extras import detokenize, props, tokenize
 from .fields import parse_json
 from .generate import Build, Prepared, generate
 from .metrics import Metrics, render
+from .overflow import chat_build
 from .requests import (
     Options,
     parse_chat,
@@ -44,6 +47,7 @@ from .requests import (
 )
 from .responses import InfillFormat, OpenAIFormat, ResponseFormat
 from .slots import DEFAULT_MAX_QUEUE, Scheduler
+from .tool_fields import tool_error
 from .transport import JsonHandler
 
 DEFAULT_MAX_BODY = 4 * 1024 * 1024
@@ -69,7 +73,9 @@ class EdgespecServer(ThreadingHTTPServer):
     """An HTTP server around one CompletionSession and its slots (edgespec.server.slots).
 
     ``after_loss(message)`` is called on a lost RPC worker, before its jobs fail (the
-    supervised child of edgespec.server.supervisor says so and ends itself there)."""
+    supervised child of edgespec.server.supervisor says so and ends itself there).
+    ``context_overflow``: a chat longer than the context is refused ("error") or loses
+    its oldest messages ("truncate-middle", edgespec.context_overflow)."""
 
     daemon_threads = True
     block_on_close = False  # shutting down never waits for a client's connection
@@ -86,8 +92,10 @@ class EdgespecServer(ThreadingHTTPServer):
         log: Callable[[str], None] | None = None,
         max_queue: int = DEFAULT_MAX_QUEUE,
         after_loss: Callable[[str], None] | None = None,
+        context_overflow: str = ERROR,
     ) -> None:
         check_api_key(api_key)
+        self.context_overflow = check_mode(context_overflow)
         self.after_loss = after_loss
         self.session = session
         self.scheduler = Scheduler(session.slot_sessions(), max_queue=max_queue)
@@ -280,14 +288,18 @@ class Handler(JsonHandler):
         call = parse_chat(parse_json(self._raw))
         s = self.server.session
         fmt = detect(s.chat_format.template)
-        messages = template_messages(call.messages, fmt, call.tools)
         opts, tools = call.opts, None
         if call.tools is not None:
-            opts = dataclasses.replace(opts, grammar=tool_grammar(call.tools, fmt))
+            try:
+                grammar = tool_grammar(call.tools, fmt, special_tokens(s.target, fmt))
+            except ToolError as e:
+                raise tool_error(e, legacy=call.legacy) from None
+            opts = dataclasses.replace(opts, grammar=grammar)
             if fmt != GENERIC:  # the template renders the tools itself
                 tools = [t.openai() for t in call.tools.offered()]
         self._generate(
-            lambda: (s.chat_prompt(messages, tools), None, {}),
+            chat_build(s, call.messages, fmt, call.tools, tools, max_tokens=opts.max_tokens,
+                       mode=self.server.context_overflow),  # fmt: skip
             opts,
             "messages",
             OpenAIFormat(
@@ -296,6 +308,7 @@ class Handler(JsonHandler):
                 include_usage=opts.include_usage,
                 logprobs=opts.logprobs is not None,
                 tools=None if call.tools is None else (call.tools, fmt),
+                legacy=call.legacy,
             ),
         )
 

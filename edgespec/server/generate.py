@@ -16,13 +16,15 @@ from ..completion.session import CodeRules, CompletionRequest, CompletionResult,
 from ..errors import EdgespecError
 from .errors import ApiError, bad_request, from_exception
 from .requests import Options
-from .responses import Outcome, ResponseFormat
+from .responses import TRUNCATION, Outcome, ResponseFormat
 from .slots import PRIORITY_CODE, PRIORITY_OTHER, QueueFull
 from .timelimit import TimeLimit
 from .transport import JsonHandler
 
 #: What a slot yields before the completion: the prompt's size and how it was built.
 Prepared = dict[str, Any]
+#: The count of messages --context-overflow truncate-middle dropped (see TRUNCATION)
+TRUNCATED_HEADER = "X-Edgespec-Truncated-Messages"
 Build = Callable[[], tuple[list[int], CodeRules | None, Prepared]]
 
 
@@ -47,6 +49,9 @@ def generate(
         handler.server.session.check_prompt(tokens)
     except EdgespecError as e:
         raise from_exception(e, param) from None
+    headers: dict[str, str] = {}
+    if "truncated_messages" in info:  # --context-overflow truncate-middle
+        headers[TRUNCATED_HEADER] = str(info["truncated_messages"])
 
     def work(s: CompletionSession, cancelled: Callable[[], bool]):
         yield {"prompt_tokens": len(tokens), "slot": getattr(s.target, "seq_id", 0), **info}
@@ -112,7 +117,7 @@ def generate(
             raise ApiError(409, "replaced by a newer request from the same client", code="replaced")
         handler.close_connection = True  # the client went away while queued
         return
-    info = {k: v for k, v in prepared.items() if k in ("fim", "truncated")}
+    info = {k: v for k, v in prepared.items() if k in ("fim", "truncated", *TRUNCATION)}
     fmt.slot = prepared["slot"]
     fmt.start(prepared["prompt_tokens"], info)
     if not opts.stream:
@@ -125,9 +130,9 @@ def generate(
             return
         if job.replaced:  # cut short by a newer /infill from this client
             raise ApiError(409, "replaced by a newer request from the same client", code="replaced")
-        handler._send_json(200, fmt.body(outcome))
+        handler._send_json(200, fmt.body(outcome), headers)
         return
-    handler._start_stream()
+    handler._start_stream(headers)
     try:
         first = fmt.first_chunk()
         if first is not None:

@@ -184,9 +184,11 @@ class JsonHandler(BaseHTTPRequestHandler):
         except OSError:
             self.close_connection = True
 
-    def _start_stream(self) -> None:
+    def _start_stream(self, headers: dict[str, str] | None = None) -> None:
         self._chunked = self.request_version == "HTTP/1.1"
         self.send_response(200)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         if self._chunked:
