@@ -33,9 +33,8 @@ def main() -> None:
         raise SystemExit(f"variant: one of {', '.join(VARIANTS)}")
     from device.variants import context_overrides
 
-    import edgespec.backend.model as model_module
-    from edgespec.backend import LlamaModel
-    from edgespec.loading import resolve_model
+    import edgespec.backend.model as model_module  # white-box: its KV types are patched
+    from edgespec import LlamaModel, resolve_model
 
     ctx = {"flash_attn_type": 0} if variant.endswith("fa_off") else {}
     if variant.startswith("f16"):

@@ -33,9 +33,8 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", help="write the figures here")
     args = p.parse_args()
-    from edgespec.backend import LlamaModel
-    from edgespec.engine import generate
-    from edgespec.loading import resolve_model
+    from edgespec import LlamaModel, resolve_model
+    from edgespec.bench import engine_generate as generate
 
     model = LlamaModel(resolve_model(args.model), n_ctx=args.depth + args.reply + 256,
                        n_threads=args.threads)  # fmt: skip

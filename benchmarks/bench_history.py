@@ -35,19 +35,17 @@ import time
 
 import numpy as np
 
-from edgespec.backend import LlamaModel
-from edgespec.bench.workloads import builtin_workloads
-from edgespec.completion.session import (
+from edgespec import LlamaModel, SamplingParams, resolve_model
+from edgespec.bench import (
     DEFAULT_MAX_LINES,
     CodeRules,
     CompletionRequest,
     CompletionResult,
     CompletionSession,
+    LookupHistory,
+    NgramDrafter,
+    builtin_workloads,
 )
-from edgespec.drafting.history import LookupHistory
-from edgespec.drafting.ngram import NgramDrafter
-from edgespec.loading import resolve_model
-from edgespec.sampling import SamplingParams
 
 FUNCTION = """def median(values):
     ordered = sorted(values)

@@ -38,9 +38,8 @@ def run_rss(cmd: list[str], env: dict[str, str]) -> float:
 def edgespec_cmd(model: str, depth: int, threads: int) -> list[str]:
     """A Python process that fills a context to depth and decodes 16 tokens."""
     code = (
-        "from edgespec.backend import LlamaModel\n"
-        "from edgespec.engine import generate\n"
-        "from edgespec.loading import resolve_model\n"
+        "from edgespec import LlamaModel, resolve_model\n"
+        "from edgespec.bench import engine_generate as generate\n"
         f"m = LlamaModel(resolve_model({model!r}), n_ctx={depth + 256}, n_threads={threads})\n"
         f"tokens = m.tokenize({FILLER!r} * {depth // 10 + 1})[:{depth}]\n"
         "generate(m, tokens, max_tokens=16, gamma=0)\n"
@@ -56,7 +55,7 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", help="write the figures here")
     args = p.parse_args()
-    from edgespec.loading import resolve_model
+    from edgespec import resolve_model
 
     path = str(resolve_model(args.model))
     bench = [args.llama_bench, "-m", path, "-p", "0", "-n", "16", "-d", str(args.depth)]

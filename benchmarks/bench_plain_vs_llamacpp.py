@@ -56,9 +56,8 @@ def edgespec_tg(model: str, n: int, depth: int, threads: int, env: dict[str, str
     so the kernel mode applies; prompt processing excluded, as llama-bench's -d)."""
     code = (
         "import sys, json\n"
-        "from edgespec.backend import LlamaModel\n"
-        "from edgespec.engine import generate\n"
-        "from edgespec.loading import resolve_model\n"
+        "from edgespec import LlamaModel, resolve_model\n"
+        "from edgespec.bench import engine_generate as generate\n"
         f"m = LlamaModel(resolve_model({model!r}), n_ctx={depth + n + 256}, n_threads={threads})\n"
         "bos = m.vocab_info().bos\n"
         f"filler = m.tokenize({FILLER!r} * {depth // 10 + 1})\n"
@@ -117,7 +116,7 @@ def main() -> int:
     configs = args.configs.split(",")
     if args.baseline not in configs or any(c not in CONFIGS for c in configs):
         raise SystemExit(f"--configs: names of {', '.join(CONFIGS)}, including {args.baseline}")
-    from edgespec.loading import resolve_model
+    from edgespec import resolve_model
 
     path = str(resolve_model(args.model))
     loads = [os.getloadavg()[0]]

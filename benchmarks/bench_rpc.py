@@ -42,8 +42,8 @@ def free_port() -> int:
 
 
 def start_worker(log_dir: Path, threads: int) -> tuple[subprocess.Popen, str]:
-    from edgespec.backend import probe_rpc_worker
-    from edgespec.errors import BackendError
+    from edgespec import BackendError
+    from edgespec.bench import probe_rpc_worker
 
     port = free_port()
     log = (log_dir / f"worker-{port}.log").open("wb")
@@ -109,8 +109,8 @@ def uptime() -> str:
 
 
 def run_one(target, drafter, workload, gamma, max_tokens: int, seed: int) -> dict:
-    from edgespec.engine import generate
-    from edgespec.sampling import SamplingParams
+    from edgespec import SamplingParams
+    from edgespec.bench import engine_generate as generate
 
     if drafter is not None and drafter.model is not None:
         drafter.model.reset()  # no state from an earlier run (as the bench does)
@@ -155,13 +155,13 @@ def summarise(runs: list[dict], plain_tps: float | None) -> dict:
     return out
 
 
-def measure_pass_costs(costs, target, reps: int):
+def measure_pass_costs(target, reps: int):
     """The target's cost curve at the current delay, made the one gamma auto plans with
-    (what ``costs.load_or_measure(refresh=True)`` does, with fewer repetitions)."""
-    curve = costs.measure_curve(target, max_k=min(costs.MAX_VERIFY, target.n_batch), reps=reps)
-    costs._process_curves[curve.key] = curve
-    costs._process_origins[curve.key] = costs.ORIGIN_STORED
-    costs._gap_calibrations.pop(curve.key, None)
+    (what ``load_or_measure(refresh=True)`` does, with fewer repetitions)."""
+    from edgespec.bench import MAX_VERIFY, measure_curve, use_curve
+
+    curve = measure_curve(target, max_k=min(MAX_VERIFY, target.n_batch), reps=reps)
+    use_curve(curve)
     return curve
 
 
@@ -233,12 +233,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # curves of this run only: the endpoints are this run's ports
     os.environ["EDGESPEC_CACHE_DIR"] = tempfile.mkdtemp(prefix="edgespec-bench-rpc-")
-    from edgespec.bench.latency_proxy import LatencyProxy
-    from edgespec.bench.runner import render_workload
-    from edgespec.bench.workloads import builtin_workloads
-    from edgespec.drafting import build_drafter
-    from edgespec.loading import load_pair, resolve_model
-    from edgespec.policy import costs
+    from edgespec import load, resolve_model
+    from edgespec.bench import LatencyProxy, build_drafter, builtin_workloads, render_workload
 
     delays = [float(d) for d in args.delays.split(",")]
     gammas = [int(g) for g in args.gammas.split(",") if g.strip()]  # "": auto only
@@ -250,9 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.monotonic()
     target, drafters = None, {}
     try:
-        target, _ = load_pair(
-            args.target, None, n_threads=args.threads, rpc=[px.address for px in proxies]
-        )
+        target = load(
+            args.target, "none", n_threads=args.threads, rpc=[px.address for px in proxies]
+        ).target
         same = str(args.same_vocab_draft)
         drafters = {
             "ngram": build_drafter(target, "ngram", resolve=resolve_model, n_ctx=target.n_ctx),
@@ -287,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
             for px in proxies:
                 px.delay = d / 1000.0
             t0 = time.monotonic()
-            curve = measure_pass_costs(costs, target, args.calibration_reps)
+            curve = measure_pass_costs(target, args.calibration_reps)
             curves[f"{d:g}"] = list(curve.seconds)
             print(
                 f"D={d:g} ms: cost curve in {time.monotonic() - t0:.0f} s; one token "

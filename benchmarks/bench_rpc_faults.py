@@ -39,8 +39,8 @@ RECOVERY_LIMIT_S = 60.0
 
 
 def start_worker(port: int, log_dir: Path) -> subprocess.Popen:
-    from edgespec.backend import probe_rpc_worker
-    from edgespec.errors import BackendError
+    from edgespec import BackendError
+    from edgespec.bench import probe_rpc_worker
 
     log = (log_dir / f"worker-{port}.log").open("ab")
     proc = subprocess.Popen(
@@ -97,7 +97,7 @@ def stream(address: tuple[str, int], out: list, started: threading.Event) -> Non
 
 
 def main() -> int:
-    from edgespec.bench.latency_proxy import LatencyProxy
+    from edgespec.bench import LatencyProxy
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--target", default="gemma-3-270m")

@@ -99,7 +99,7 @@ def code_file(n_tokens_hint: int) -> str:
 
 def _workload(name: str) -> str:
     try:
-        from edgespec.bench.workloads import builtin_workloads
+        from edgespec.bench import builtin_workloads
     except ImportError:
         raise SystemExit("needs the benchmark workloads (edgespec/bench/workloads)") from None
     return builtin_workloads()[name].prompt
@@ -193,7 +193,7 @@ def main() -> int:
         first_spec = [n for n in servers if n != "none"][0]
         if not args.no_ttft:
             report["ttft"] = ttft(servers[first_spec], code_file(args.file_tokens), args.reps)
-        from edgespec.bench.workloads import builtin_workloads
+        from edgespec.bench import builtin_workloads
 
         w = builtin_workloads()[args.workload]
         report["workload"] = w.name

@@ -16,11 +16,9 @@ import argparse
 import re
 from pathlib import Path
 
-from edgespec.backend import LlamaModel
-from edgespec.drafting.ngram import NgramDrafter
-from edgespec.engine import generate
-from edgespec.loading import resolve_model
-from edgespec.planning import make_policy
+from edgespec import LlamaModel, resolve_model
+from edgespec.bench import NgramDrafter, make_policy
+from edgespec.bench import engine_generate as generate
 
 SOURCES = ("adaptive.py", "costs.py", "codestop.py", "store.py", "hub.py")
 # a def line (possibly wrapped), then a one-line docstring: the completion starts after it

@@ -27,10 +27,8 @@ from typing import Any
 import jsonschema
 from openai import OpenAI
 
-from edgespec.completion.session import load_session
-from edgespec.modelstore.catalog import load_catalog
-from edgespec.modelstore.fetch import ensure_catalog_model
-from edgespec.server.app import EdgespecServer
+from edgespec import resolve_model
+from edgespec.bench import EdgespecServer, load_session
 
 
 def _tool(name: str, description: str, props: dict[str, Any], required: list[str]) -> dict:
@@ -82,7 +80,7 @@ FRESH = ["Is it cold in Oslo?", "Find something about bees.", "Show me a file."]
 
 def serve(model: str, draft: str | None, threads: int) -> tuple[EdgespecServer, OpenAI]:
     """A server for model on a free loopback port, and a client for it."""
-    path = ensure_catalog_model(load_catalog().model(model))
+    path = resolve_model(model)
     session = load_session(str(path), draft, gamma="auto", n_ctx=2048, n_threads=threads,
                            name=model)  # fmt: skip
     server = EdgespecServer(("127.0.0.1", 0), session)

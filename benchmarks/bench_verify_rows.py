@@ -17,8 +17,7 @@ import time
 
 import numpy as np
 
-from edgespec.backend import LlamaModel
-from edgespec.loading import resolve_model
+from edgespec import LlamaModel, resolve_model
 
 SIZES = (1, 2, 3, 4, 5, 8, 16)
 

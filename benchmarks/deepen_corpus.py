@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is not a
 
 from make_corpus import Item, write_corpus  # noqa: E402
 
-from edgespec.bench.corpus import load_corpus, split_of  # noqa: E402
+from edgespec.bench import load_corpus, split_of  # noqa: E402
 
 HISTORY_KINDS = ("summarise", "code", "write")
 
@@ -54,8 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--per-kind", type=int, default=2, help="texts per kind and split (2)")
     p.add_argument("--model", default="gemma-3-270m", help="whose tokenizer counts the depth")
     args = p.parse_args(argv)
-    from edgespec.backend import LlamaModel
-    from edgespec.loading import resolve_model
+    from edgespec import LlamaModel, resolve_model
 
     workloads = load_corpus(args.src)
     history = [w.prompt for w in workloads if w.kind in HISTORY_KINDS]

@@ -28,8 +28,7 @@ FILLER = "The quick brown fox jumps over the lazy dog while the cat sleeps in th
 
 def measure(model: str, threads: int, depths: list[int]) -> dict:
     """Logit differences and batch costs for the kernel mode of this process."""
-    from edgespec.backend import LlamaModel
-    from edgespec.loading import resolve_model
+    from edgespec import LlamaModel, resolve_model
 
     sys.path.insert(0, str(Path(__file__).resolve().parent / "device"))
     from measure import logit_diffs  # the device check's own measurement

@@ -48,16 +48,17 @@ from pathlib import Path
 
 import numpy as np
 
-from edgespec.backend import LlamaModel
-from edgespec.bench.corpus import load_corpus
-from edgespec.bench.runner import render_workload
-from edgespec.drafting.base import Draft
-from edgespec.drafting.ngram import NgramDrafter
-from edgespec.engine import generate
-from edgespec.loading import resolve_model
-from edgespec.policy.adaptive import AdaptiveGamma
-from edgespec.policy.costs import CostCurve, load_or_measure
-from edgespec.sampling import SamplingParams
+from edgespec import LlamaModel, SamplingParams, resolve_model
+from edgespec.bench import (
+    AdaptiveGamma,
+    CostCurve,
+    Draft,
+    NgramDrafter,
+    load_corpus,
+    load_or_measure,
+    render_workload,
+)
+from edgespec.bench import engine_generate as generate
 
 GREEDY = SamplingParams(temperature=0.0)
 MAX_GAMMA = 47  # the policy's longest draft (a 48-row verify)

@@ -31,14 +31,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=2)
     args = p.parse_args(argv)
     os.environ["EDGESPEC_CACHE_DIR"] = tempfile.mkdtemp(prefix="edgespec-rpc-rounds-")
-    from edgespec.bench.latency_proxy import LatencyProxy
-    from edgespec.bench.runner import render_workload
-    from edgespec.bench.workloads import builtin_workloads
-    from edgespec.drafting import build_drafter
-    from edgespec.engine import generate
-    from edgespec.loading import load_pair, resolve_model
-    from edgespec.policy import costs
-    from edgespec.sampling import SamplingParams
+    from edgespec import SamplingParams, load, resolve_model
+    from edgespec.bench import (
+        CALIBRATION_DEPTH,
+        LatencyProxy,
+        build_drafter,
+        builtin_workloads,
+        render_workload,
+    )
+    from edgespec.bench import engine_generate as generate
 
     print(bench_rpc.uptime())
     log_dir = Path(tempfile.mkdtemp(prefix="edgespec-rpc-rounds-workers-"))
@@ -46,10 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     proxies = [LatencyProxy(ep, args.delay_ms).start() for _, ep in workers]
     target = None
     try:
-        target, _ = load_pair(args.target, None, n_threads=1, rpc=[px.address for px in proxies])
-        curve = bench_rpc.measure_pass_costs(costs, target, 2)
+        target = load(args.target, "none", n_threads=1, rpc=[px.address for px in proxies]).target
+        curve = bench_rpc.measure_pass_costs(target, 2)
         sizes = [k for k in (1, 2, 4, 8, 16, 32, 48) if k <= len(curve.seconds)]
-        print(f"curve at depth {costs.CALIBRATION_DEPTH}, ms:",
+        print(f"curve at depth {CALIBRATION_DEPTH}, ms:",
               {k: round(curve.cost(k) * 1000) for k in sizes})  # fmt: skip
         drafter = build_drafter(target, "ngram", resolve=resolve_model, n_ctx=target.n_ctx)
         work = render_workload(target, builtin_workloads()["code_editing"])

@@ -2,14 +2,74 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
-from .backend import DEFAULT_CTX, DEFAULT_RPC_TIMEOUT_S, LlamaModel
+from .backend import DEFAULT_CTX, DEFAULT_RPC_TIMEOUT_S, LlamaModel, check_rpc_timeout
 from .drafting import Drafter
 from .drafting.build import build_drafter, is_model_path, parse_draft_spec
-from .errors import ModelLoadError
+from .errors import InvalidParameterError, ModelLoadError
 from .files import check_regular_file
+from .params import check_parallel, check_whole
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How to load a target and its draft model: the one set of model-loading options
+    that the library's ``load``, the CLI, the server and the chat app all take.
+
+    Attributes:
+        n_ctx: context length in tokens (None: ``DEFAULT_CTX``, 4096).
+        n_threads: CPU threads (None or 0: one per available core).
+        gpu_layers: target layers to offload to a GPU (or, with ``rpc``, to the workers;
+            0 there means all of them).
+        draft_gpu_layers: draft-model layers to offload.
+        rpc: ``HOST:PORT`` llama.cpp RPC workers to place the target's layers on; the
+            drafter stays local.
+        rpc_timeout: seconds a decode may wait on the RPC workers before they count as
+            lost.
+        parallel: sequences the target's context (and a draft model's) holds, one per
+            server slot; 1 for one generation at a time.
+
+    llama.cpp's kernel mode is process-wide, not a load option: it is read from
+    ``EDGESPEC_FAST_KERNELS`` before llama.cpp's library loads (see the README).
+    """
+
+    n_ctx: int | None = None
+    n_threads: int | None = None
+    gpu_layers: int = 0
+    draft_gpu_layers: int = 0
+    rpc: tuple[str, ...] = ()
+    rpc_timeout: float = DEFAULT_RPC_TIMEOUT_S
+    parallel: int = 1
+
+    def __post_init__(self) -> None:
+        # each value checked here, so that a bad one is one line before anything loads
+        for name in ("n_ctx", "n_threads"):
+            if getattr(self, name) is not None:
+                check_whole(getattr(self, name), name=name)
+        for name in ("gpu_layers", "draft_gpu_layers"):
+            check_whole(getattr(self, name), name=name, minimum=-1)
+        check_parallel(self.parallel)
+        try:
+            check_rpc_timeout(self.rpc_timeout)
+        except ValueError as e:
+            raise InvalidParameterError(str(e)) from None
+        rpc = (self.rpc,) if isinstance(self.rpc, str) else tuple(self.rpc or ())
+        if not all(isinstance(e, str) for e in rpc):
+            raise InvalidParameterError(f"rpc must be HOST:PORT strings, got {self.rpc!r}")
+        object.__setattr__(self, "rpc", rpc)  # a list or None as given
+
+    def replace(self, **changes: Any) -> LoadOptions:
+        """A copy with ``changes`` (LoadOptions fields); InvalidParameterError, one line,
+        names an unknown one."""
+        unknown = sorted(set(changes) - {f.name for f in fields(self)})
+        if unknown:
+            known = ", ".join(f.name for f in fields(self))
+            raise InvalidParameterError(f"unknown load option {unknown[0]!r} (known: {known})")
+        return dataclasses.replace(self, **changes)
 
 
 def is_hf_spec(spec: str) -> bool:
@@ -89,27 +149,21 @@ def _checked(path: Path) -> Path:
 def load_pair(
     target_spec: str,
     draft_spec: str | None,
-    *,
-    n_ctx: int | None = None,
-    n_threads: int | None = None,
-    gpu_layers: int = 0,
-    draft_gpu_layers: int = 0,
-    rpc: Sequence[str] | None = None,
-    rpc_timeout: float = DEFAULT_RPC_TIMEOUT_S,
-    n_seq: int = 1,
+    options: LoadOptions | None = None,
+    **changes: Any,
 ) -> tuple[LlamaModel, Drafter | None]:
     """Load the target and a drafter from --draft: none, ``ngram`` (prompt lookup), a
     model (same vocabulary: ModelDrafter; another one: CrossVocabDrafter), or
     ``ngram+MODEL`` (n-gram first, the model when the n-gram finds nothing).
 
     A draft file or catalog name that does not exist is refused before the target
-    is fetched or loaded. ``rpc`` (``HOST:PORT`` endpoints) places the target's layers
-    on llama.cpp RPC workers (``gpu_layers`` of them, 0: all), which count as lost
-    when a decode waits on them ``rpc_timeout`` seconds; the drafter stays local.
-    ``n_seq`` > 1 gives the target and a draft model that many sequences each (a
-    parallel server; see edgespec.drafting.build.fork_drafter).
+    is fetched or loaded. How they load is ``options`` with ``changes`` (LoadOptions
+    fields, e.g. ``n_ctx=1024``) applied; ``parallel`` > 1 gives the target and a draft
+    model that many sequences each (a parallel server; see
+    edgespec.drafting.build.fork_drafter).
     """
-    n_ctx = n_ctx or DEFAULT_CTX
+    opts = (options or LoadOptions()).replace(**changes)
+    n_ctx = opts.n_ctx or DEFAULT_CTX
     if n_ctx < 16:
         raise ModelLoadError(f"context of {n_ctx} tokens is too small")
     model_spec = parse_draft_spec(draft_spec).model
@@ -118,19 +172,19 @@ def load_pair(
     target = LlamaModel(
         resolve_model(target_spec),
         n_ctx=n_ctx,
-        n_threads=n_threads,
-        n_gpu_layers=gpu_layers,
-        rpc=rpc,
-        rpc_timeout=rpc_timeout,
-        n_seq=n_seq,
+        n_threads=opts.n_threads,
+        n_gpu_layers=opts.gpu_layers,
+        rpc=opts.rpc or None,
+        rpc_timeout=opts.rpc_timeout,
+        n_seq=opts.parallel,
     )
     drafter = build_drafter(
         target,
         draft_spec,
         resolve=resolve_model,
         n_ctx=n_ctx,
-        n_threads=n_threads,
-        gpu_layers=draft_gpu_layers,
-        n_seq=n_seq,
+        n_threads=opts.n_threads,
+        gpu_layers=opts.draft_gpu_layers,
+        n_seq=opts.parallel,
     )
     return target, drafter

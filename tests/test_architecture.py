@@ -78,7 +78,72 @@ def _under(module: str, prefixes: tuple[str, ...]) -> bool:
 def test_the_graph_is_read() -> None:
     graph = _graph()
     assert "edgespec.drafting" in graph["edgespec.engine"]
-    assert "edgespec.engine" in graph["edgespec_tui.session"]
+    assert "edgespec" in graph["edgespec_tui.session"]
+    assert "edgespec.api" in graph["edgespec"]
+
+
+# What code outside edgespec/ (the chat app, the harness) may import of edgespec: the
+# library API, ``edgespec.bench`` (the harness's measurement API: the internals
+# benchmarks/ times, kept out of the library's namespace; see its docstring) and
+# ``edgespec.commands`` (a command plugin's shared options). tests/ may import anything.
+PUBLIC = ("edgespec", "edgespec.bench", "edgespec.commands")
+# Harness experiments that set an internal constant where it lives, to measure what it
+# does; nothing public could stand in for the module itself.
+WHITE_BOX = {
+    "benchmarks/attention_check.py": {"edgespec.backend.model"},  # the KV cache's types
+    "benchmarks/device/variants.py": {"edgespec.backend"},  # llama_cpp's context defaults
+    # the policy's and the lookup's constants, swept
+    "benchmarks/replay_lookup.py": {
+        "edgespec.drafting.ngram",
+        "edgespec.policy.acceptance",
+        "edgespec.policy.adaptive",
+    },
+}
+
+
+def _internal_imports(path: Path) -> set[str]:
+    """The modules of edgespec below its public ones that ``path`` imports (a name
+    imported from a public module counts when it is a submodule)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            modules = {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            modules = {node.module} | {
+                f"{node.module}.{a.name}"
+                for a in node.names
+                if f"{node.module}.{a.name}" in MODULES  # e.g. from edgespec import engine
+            }
+        else:
+            continue
+        out |= {
+            m for m in modules if (m == "edgespec" or m.startswith("edgespec.")) and m not in PUBLIC
+        }
+    return out
+
+
+def test_only_the_public_api_is_used_outside_edgespec() -> None:
+    """The chat app and the harness use the library API (and the two public
+    subpackages), never an internal module of edgespec."""
+    files = [*(ROOT / "tui").rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")]
+    bad = {}
+    for path in files:
+        name = path.relative_to(ROOT).as_posix()
+        internal = _internal_imports(path) - WHITE_BOX.get(name, set())
+        if internal:
+            bad[name] = sorted(internal)
+    assert not bad
+    assert "edgespec.engine" in _internal_imports(ROOT / "tests" / "test_engine.py")
+
+
+def test_the_public_api_names_what_it_exports() -> None:
+    """Every name in edgespec's __all__ (and the public subpackages') is importable."""
+    import importlib
+
+    for module in PUBLIC:
+        mod = importlib.import_module(module)
+        missing = [n for n in mod.__all__ if not hasattr(mod, n)]
+        assert not missing, (module, missing)
 
 
 def test_no_import_cycle() -> None:

@@ -7,17 +7,17 @@ import contextlib
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import asdict
 from functools import partial
 
-from edgespec.commands.options import (
+from edgespec import EdgespecError, parse_draft_spec, resolve_model
+from edgespec.commands import (
     DEFAULT_CHAT_TARGET,
     add_model_options,
     add_sampling_options,
     load_options,
+    one_line,
 )
-from edgespec.drafting.build import parse_draft_spec
-from edgespec.errors import EdgespecError, one_line
-from edgespec.loading import resolve_model
 
 from .session import GenerationSettings, LlamaChatEngine, ModelChoice
 
@@ -92,9 +92,10 @@ def load_engine(choice: ModelChoice, history_from: str | None = None) -> LlamaCh
 def settings_from_args(args: argparse.Namespace) -> GenerationSettings:
     """GenerationSettings from the parsed options (InvalidParameterError when out of range).
 
-    gamma, max-tokens and seed were checked by their option types while parsing.
+    gamma, max-tokens and seed were checked by their option types while parsing;
+    temperature, top-k, top-p and min-p are checked as SamplingParams are.
     """
-    settings = GenerationSettings(
+    return GenerationSettings(
         gamma=args.gamma,
         temperature=args.temperature,
         top_k=args.top_k,
@@ -103,8 +104,6 @@ def settings_from_args(args: argparse.Namespace) -> GenerationSettings:
         max_tokens=args.max_tokens,
         seed=args.seed,
     )
-    settings.sampling()  # validates temperature, top-k, top-p, min-p
-    return settings
 
 
 def run(args: argparse.Namespace) -> int:
@@ -124,8 +123,7 @@ def run(args: argparse.Namespace) -> int:
         except (OSError, ValueError) as e:
             raise EdgespecError(f"{what}: {one_line(str(e))}") from None
     options = load_options(args)  # the same model options as every other command
-    options["rpc"] = tuple(options["rpc"] or ())
-    choice = ModelChoice(target=args.target, draft=args.draft, **options)
+    choice = ModelChoice(target=args.target, draft=args.draft, **asdict(options))
     # Fetch named models before the app takes the terminal, so download progress
     # shows as plain lines; any error is left for the app to show as a notification.
     for spec in (choice.target, parse_draft_spec(choice.draft).model):

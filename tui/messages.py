@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from edgespec.events import Event
+from edgespec import Event
 
 from .session import EngineInfo
 

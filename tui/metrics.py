@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from edgespec.events import DoneEvent, RoundEvent, Stats
+from edgespec import DoneEvent, RoundEvent, Stats
 
 
 @dataclass

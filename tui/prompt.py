@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from edgespec.chat_template import ChatFormat
+from edgespec import ChatFormat
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import Any
 
 from textual.message import Message
 
-from edgespec.errors import EdgespecError
+from edgespec import EdgespecError
 
 from .messages import (
     EngineFailed,
@@ -53,7 +53,7 @@ class EngineRunner:
         self._lock = threading.Lock()
         self._lost_event = threading.Event()
         if watch_rpc:
-            from edgespec.backend import on_rpc_worker_lost, stay_up_on_worker_loss
+            from edgespec import on_rpc_worker_lost, stay_up_on_worker_loss
 
             stay_up_on_worker_loss()
             on_rpc_worker_lost(self._worker_lost)

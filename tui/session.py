@@ -3,56 +3,55 @@
 Everything model-specific the app needs goes through the small ``ChatEngine``
 protocol, so tests can swap in a scripted fake that yields the same
 ``edgespec.events`` dataclasses. ``LlamaChatEngine`` is the real one, built on
-edgespec's public API (``load_pair``, ``build_drafter``, ``stream_generate``,
-``LlamaModel``).
+edgespec's public library API (``edgespec.load``, ``ModelPair.set_drafter``,
+``ModelPair.stream_generate``): the app imports nothing else of edgespec's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
-from edgespec.backend import DEFAULT_RPC_TIMEOUT_S, LlamaModel
-from edgespec.chat_template import ChatFormat
-from edgespec.drafting import Drafter, build_drafter
-from edgespec.drafting.build import NGRAM, attach_history, parse_draft_spec
-from edgespec.drafting.history import LookupHistory
-from edgespec.engine import DEFAULT_GAMMA, DEFAULT_MAX_TOKENS, stream_generate
-from edgespec.events import DoneEvent, Event, RoundEvent
-from edgespec.loading import load_pair, resolve_model
-from edgespec.sampling import (
-    DEFAULT_MIN_P,
-    DEFAULT_TEMPERATURE,
-    DEFAULT_TOP_K,
-    DEFAULT_TOP_P,
+from edgespec import (
+    DEFAULT_GAMMA,
+    DEFAULT_MAX_TOKENS,
+    Drafter,
+    Event,
+    LlamaModel,
+    LoadOptions,
+    ModelPair,
+    RoundEvent,
     SamplingParams,
+    load,
+    parse_draft_spec,
 )
 
 from .prompt import ChatMessage, PromptFormat
 
 SELF_DRAFT = "self"  # drafter choice: a second copy of the target drafts for itself
+NGRAM = "ngram"  # drafter choice (and --draft spec): the n-gram prompt lookup
 CALIBRATION_TOKENS = 6  # plain tokens generated once after loading, to time a target call
 
 
-@dataclass(frozen=True)
-class GenerationSettings:
-    """Knobs a person can change between replies."""
+@dataclass(frozen=True, kw_only=True)
+class GenerationSettings(SamplingParams):
+    """Knobs a person can change between replies: edgespec's SamplingParams (checked
+    when made), and the draft length, token budget and seed of a reply."""
 
     gamma: int | str = DEFAULT_GAMMA  # draft tokens per round, or "auto" (engine's policy)
-    temperature: float = DEFAULT_TEMPERATURE
-    top_k: int = DEFAULT_TOP_K
-    top_p: float = DEFAULT_TOP_P
-    min_p: float = DEFAULT_MIN_P
     max_tokens: int = DEFAULT_MAX_TOKENS
     seed: int | None = None
 
     def sampling(self) -> SamplingParams:
-        """The engine's SamplingParams (validates the values)."""
-        return SamplingParams(
-            temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p
-        )
+        """The sampling part alone."""
+        return SamplingParams(**_fields_of(SamplingParams, self))
+
+
+def _fields_of(cls: type, obj: object) -> dict[str, Any]:
+    """obj's values of the dataclass cls's fields (cls a base class of obj's)."""
+    return {f.name: getattr(obj, f.name) for f in fields(cls)}
 
 
 @dataclass(frozen=True)
@@ -97,18 +96,18 @@ class ChatEngine(Protocol):
 EngineFactory = Callable[[], ChatEngine]
 
 
-@dataclass(frozen=True)
-class ModelChoice:
-    """Which models to load and how (the CLI's model options)."""
+@dataclass(frozen=True, kw_only=True)
+class ModelChoice(LoadOptions):
+    """Which models to load (the target and --draft), and how: edgespec's LoadOptions,
+    which the CLI's model options set as for every other command."""
 
     target: str
     draft: str = "none"
-    n_ctx: int | None = None
-    n_threads: int | None = None
-    gpu_layers: int = 0
-    draft_gpu_layers: int = 0
-    rpc: tuple[str, ...] = ()  # llama.cpp RPC workers for the target's layers (--rpc)
-    rpc_timeout: float = DEFAULT_RPC_TIMEOUT_S  # seconds a decode may wait on them
+
+    @property
+    def options(self) -> LoadOptions:
+        """The loading options alone."""
+        return LoadOptions(**_fields_of(LoadOptions, self))
 
 
 def display_name(spec: str) -> str:
@@ -117,34 +116,40 @@ def display_name(spec: str) -> str:
 
 
 class LlamaChatEngine:
-    """The real engine: a target LlamaModel, an optional drafter, the target's template."""
+    """The real engine: a loaded ModelPair (target, optional drafter) and the target's
+    template."""
 
     def __init__(self, choice: ModelChoice, target: LlamaModel, drafter: Drafter | None) -> None:
         self.choice = choice
-        self.target = target
-        self.drafter = drafter
         # the prompt lookup also drafts from earlier replies and prompts (a conversation
         # started over, a reply revised again), whichever drafter the person switches to
-        self.history = LookupHistory(model=target.path.name)
-        attach_history(drafter, self.history)
+        self.pair = ModelPair(
+            target, drafter, name=choice.target, draft=choice.draft, options=choice.options
+        )
         self._draft_choice = "none" if drafter is None else self._choice_of(choice.draft)
-        template = target.chat_template()
-        self.format = PromptFormat(ChatFormat.of(target, template) if template else None)
+        self.format = PromptFormat(self.pair.chat_format)
 
     @classmethod
     def load(cls, choice: ModelChoice) -> LlamaChatEngine:
         """Load the pair (raises edgespec errors: missing model, incompatible pair, ...)."""
-        target, drafter = load_pair(
-            choice.target,
-            choice.draft,
-            n_ctx=choice.n_ctx,
-            n_threads=choice.n_threads,
-            gpu_layers=choice.gpu_layers,
-            draft_gpu_layers=choice.draft_gpu_layers,
-            rpc=choice.rpc,
-            rpc_timeout=choice.rpc_timeout,
-        )
-        return cls(choice, target, drafter)
+        pair = load(choice.target, choice.draft, options=choice.options, history=False)
+        return cls(choice, pair.target, pair.drafter)
+
+    @property
+    def target(self) -> LlamaModel:
+        """The target model."""
+        return self.pair.target
+
+    @property
+    def drafter(self) -> Drafter | None:
+        """The drafter in use (None: the target decodes alone)."""
+        return self.pair.drafter
+
+    @property
+    def history(self) -> Any:
+        """The lookup history every drafter of this engine drafts from (a LookupHistory:
+        ``load``, ``save``, ``documents``)."""
+        return self.pair.history
 
     @staticmethod
     def _choice_of(draft: str | None) -> str:
@@ -178,11 +183,7 @@ class LlamaChatEngine:
 
         Replies never wait for it: the first ones decode plainly and measure it between
         rounds (the rolled-back batches leave the conversation's cache as it was)."""
-        if self.drafter is None:
-            return None
-        from edgespec.policy import calibration_note
-
-        return calibration_note(self.target)
+        return self.pair.calibration_note
 
     def set_drafter(self, choice: str) -> None:
         """Switch drafter: "none", "ngram" (prompt lookup), the --draft model, or "self"
@@ -195,17 +196,8 @@ class LlamaChatEngine:
             spec = choice
         else:  # "self": a second copy of the target, loaded as a draft model
             spec = self.choice.target if choice == SELF_DRAFT else self.choice.draft
-        new = build_drafter(
-            self.target,
-            spec,
-            resolve=resolve_model,
-            n_ctx=self.target.n_ctx,
-            n_threads=self.choice.n_threads,
-            gpu_layers=self.choice.draft_gpu_layers,
-        )
-        attach_history(new, self.history)
-        self._close_drafter()
-        self.drafter, self._draft_choice = new, choice
+        self.pair.set_drafter(spec)
+        self._draft_choice = choice
 
     def measure_plain_call(self) -> float | None:
         """Time plain decoding once: the median target call of a short gamma-0 generation.
@@ -214,10 +206,11 @@ class LlamaChatEngine:
         The target's KV cache is left holding this probe; the next reply's prefix
         reuse drops it.
         """
-        probe = self.target.tokenize("The sea", add_special=True, parse_special=False)
+        plain = ModelPair(self.target, None, history=False)  # the probe is no lookup text
+        probe = plain.tokenize("The sea", special=False)
         last = 0.0
         per_call: list[float] = []
-        for ev in stream_generate(self.target, probe, max_tokens=CALIBRATION_TOKENS, gamma=0):
+        for ev in plain.stream_generate(probe, max_tokens=CALIBRATION_TOKENS, gamma=0):
             if isinstance(ev, RoundEvent):
                 per_call.append(ev.stats.verify_s - last)
                 last = ev.stats.verify_s
@@ -228,43 +221,23 @@ class LlamaChatEngine:
         """The conversation as target token ids, ready for the assistant's reply."""
         text = self.format.render(messages)
         # a chat template writes special tokens as text; a base model's document has none
-        return self.target.tokenize(text, add_special=True, parse_special=self.format.chat_mode)
+        return self.pair.tokenize(text, special=self.format.chat_mode)
 
     def stream_reply(
         self, messages: Sequence[ChatMessage], settings: GenerationSettings
     ) -> Iterator[Event]:
         """stream_generate over the whole conversation; the KV cache keeps the common prefix.
 
-        A finished reply goes into the lookup history with its prompt."""
-        prompt = self.prompt_tokens(messages)
-        events = stream_generate(
-            self.target,
-            prompt,
-            drafter=self.drafter,
+        A finished reply goes into the lookup history with its prompt (the pair's
+        stream_generate does that)."""
+        return self.pair.stream_generate(
+            self.prompt_tokens(messages),
             max_tokens=settings.max_tokens,
             sampling=settings.sampling(),
-            gamma=settings.gamma if self.drafter is not None else 0,
+            gamma=settings.gamma,
             seed=settings.seed,
         )
-        return self._remembered(prompt, events)
-
-    def _remembered(self, prompt: list[int], events: Iterator[Event]) -> Iterator[Event]:
-        try:
-            for ev in events:
-                if isinstance(ev, DoneEvent):
-                    self.history.add([*prompt, *ev.tokens])
-                yield ev
-        finally:  # closed with this generator (a stopped reply): the caches as committed
-            close = getattr(events, "close", None)
-            if close is not None:
-                close()
-
-    def _close_drafter(self) -> None:
-        if self.drafter is not None and self.drafter.model is not None:
-            self.drafter.model.close()
 
     def close(self) -> None:
         """Free both models."""
-        self._close_drafter()
-        self.drafter = None
-        self.target.close()
+        self.pair.close()

@@ -33,7 +33,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent.parent)]  # measure, variants; edgesp
 import measure  # noqa: E402
 import variants  # noqa: E402
 
-from edgespec.backend import LlamaModel  # noqa: E402
+from edgespec import LlamaModel  # noqa: E402
 
 #: The goals of issue 21: a 9-row verify costs at most this many one-token decodes.
 VERIFY_9_GOAL = 1.5

@@ -13,10 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from edgespec.backend import LlamaModel
-from edgespec.drafting import ModelDrafter
-from edgespec.engine import generate
-from edgespec.sampling import SamplingParams, process_logits
+from edgespec import LlamaModel, SamplingParams
+from edgespec.bench import ModelDrafter, process_logits
+from edgespec.bench import engine_generate as generate
 
 FILLER = "The quick brown fox jumps over the lazy dog while the cat sleeps in the sun. "
 #: The prompts of tests/test_engine.py's greedy-equality test.

@@ -59,7 +59,8 @@ def context_overrides(fields: dict[str, int]) -> Iterator[None]:
     """Have every LlamaModel made inside start from llama.cpp's context defaults with
     ``fields`` changed (edgespec's own settings still apply on top: on a CPU, its
     BF16 KV cache)."""
-    from edgespec.backend import ll  # llama_cpp, loaded after edgespec set the kernel mode
+    # white-box: llama_cpp (loaded after edgespec set the kernel mode), patched here
+    from edgespec.backend import ll
 
     original = ll.llama_context_default_params
 
@@ -100,7 +101,7 @@ def child(spec: dict, models: dict[str, str], gpu_layers: int) -> dict:
     """Measure every model under this process's variant (its env was set by the parent)."""
     from measure import logit_diffs
 
-    from edgespec.backend import LlamaModel
+    from edgespec import LlamaModel
 
     out: dict = {}
     with context_overrides(spec["ctx"]):

@@ -24,7 +24,7 @@ from ..drafting import Drafter, build_drafter
 from ..engine import generate, stream_generate
 from ..errors import InvalidParameterError
 from ..events import DoneEvent, RoundEvent
-from ..loading import load_pair, resolve_model
+from ..loading import LoadOptions, load_pair, resolve_model
 from ..planning import make_policy
 from ..policy.costs import load_or_measure
 from ..sampling import SamplingParams
@@ -147,7 +147,7 @@ def run_bench(setup: BenchSetup) -> tuple[Records, dict]:
     """Run everything; the per-rep records and facts about the run (models, threads, curves)."""
     check_setup(setup)
     target, _ = load_pair(
-        setup.target, None, n_ctx=setup.n_ctx, n_threads=setup.threads, rpc=setup.rpc
+        setup.target, None, LoadOptions(n_ctx=setup.n_ctx, n_threads=setup.threads, rpc=setup.rpc)
     )
     # a chat template that fails fails here, before drafters load or anything is timed
     workloads = [render_workload(target, w) for w in setup.workloads]

@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the target's verify-cost curve and the draft model's step cost."""
-    target, drafter = load_pair(args.target, args.draft, **load_options(args))
+    target, drafter = load_pair(args.target, args.draft, load_options(args))
     curves = {"target": load_or_measure(target, refresh=args.refresh)}
     draft_model = drafter.model if drafter is not None else None
     if draft_model is not None:

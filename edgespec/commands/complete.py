@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, UnicodeDecodeError) as e:
         raise InvalidParameterError(f"cannot read {args.file}: {e}") from None
     prefix, suffix = split_at_cursor(text, args.line, args.col)
-    session = load_session(args.target, args.draft, gamma=args.gamma, **load_options(args))
+    session = load_session(args.target, args.draft, gamma=args.gamma, options=load_options(args))
     fp = session.fim_prompt(prefix, suffix, max_tokens=args.max_tokens)
     if not fp.fim:
         print(

@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     sampling = sampling_from_args(args)
     prompt = _read_prompt(args)
     target, drafter = load_pair(
-        args.target, "none" if args.plain else args.draft, **load_options(args)
+        args.target, "none" if args.plain else args.draft, load_options(args)
     )
     if args.chat:
         prompt = _chat_prompt(target, prompt)

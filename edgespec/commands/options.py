@@ -16,6 +16,7 @@ from ..backend import (
 from ..drafting.build import AUTO
 from ..engine import DEFAULT_GAMMA, DEFAULT_MAX_TOKENS
 from ..errors import InvalidParameterError
+from ..loading import LoadOptions
 from ..params import check_gamma, check_max_tokens, check_seed, check_whole
 from ..sampling import (
     DEFAULT_MIN_P,
@@ -63,8 +64,8 @@ def add_model_options(
     rpc: bool = False,
 ) -> None:
     """--target/--draft and how to run them (threads, context, GPU layers; with rpc,
-    --rpc: the target's layers on llama.cpp RPC workers, which the command must pass
-    to load_pair)."""
+    --rpc: the target's layers on llama.cpp RPC workers): ``load_options`` turns them
+    into a LoadOptions."""
     p.add_argument("--target", default=target, help=f"target: .gguf path or model name ({target})")
     p.add_argument("--draft", default=draft, help=draft_help)
     p.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
@@ -85,17 +86,17 @@ def add_model_options(
         )
 
 
-def load_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The keywords of ``load_pair`` / ``load_session`` that add_model_options' flags set
-    (with its rpc, --rpc and --rpc-timeout too): one mapping for every command."""
-    options: dict[str, Any] = {
-        "n_ctx": args.ctx,
-        "n_threads": args.threads,
-        "gpu_layers": args.gpu_layers,
-        "draft_gpu_layers": args.draft_gpu_layers,
-    }
+def load_options(args: argparse.Namespace) -> LoadOptions:
+    """The LoadOptions that add_model_options' flags set (with its rpc, --rpc and
+    --rpc-timeout too): one object for every command, the library's own."""
+    options = LoadOptions(
+        n_ctx=args.ctx,
+        n_threads=args.threads,
+        gpu_layers=args.gpu_layers,
+        draft_gpu_layers=args.draft_gpu_layers,
+    )
     if hasattr(args, "rpc"):
-        options.update(rpc=args.rpc, rpc_timeout=args.rpc_timeout)
+        options = options.replace(rpc=tuple(args.rpc or ()), rpc_timeout=args.rpc_timeout)
     return options
 
 

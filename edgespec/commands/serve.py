@@ -137,8 +137,7 @@ def run(args: argparse.Namespace) -> int:
         args.draft,
         gamma=args.gamma,
         name=args.name,
-        parallel=parallel,
-        **load_options(args),
+        options=load_options(args).replace(parallel=parallel),
     )
 
     def log(msg: str) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..backend import DEFAULT_RPC_TIMEOUT_S, LlamaModel
+from ..backend import LlamaModel
 from ..chat_template import CHATML, ChatFormat
 from ..drafting import Drafter
 from ..drafting.build import attach_history
@@ -27,7 +27,7 @@ from ..engine import DEFAULT_GAMMA, stream_generate
 from ..errors import ContextFullError, InvalidParameterError
 from ..events import DoneEvent, RoundEvent, Stats, StopReason, TokenEvent, TokenKind
 from ..grammar import Grammar
-from ..loading import load_pair
+from ..loading import LoadOptions, load_pair
 from ..params import check_gamma
 from ..planning import make_policy
 from ..policy.adaptive import AdaptiveGamma
@@ -347,20 +347,15 @@ def load_session(
     draft: str | None = AUTO,
     *,
     gamma: int | str = DEFAULT_GAMMA,
-    n_ctx: int | None = None,
-    n_threads: int | None = None,
-    gpu_layers: int = 0,
-    draft_gpu_layers: int = 0,
     name: str | None = None,
-    rpc: Sequence[str] | None = None,
-    rpc_timeout: float = DEFAULT_RPC_TIMEOUT_S,
-    parallel: int = 1,
+    options: LoadOptions | None = None,
+    **changes: Any,
 ) -> CompletionSession:
     """Load a target and drafter into a session.
 
-    ``rpc`` places the target's layers on llama.cpp RPC workers (lost when a decode
-    waits on them ``rpc_timeout`` seconds); ``parallel`` gives
-    the target (and a draft model) that many sequences, one per server slot
+    How they load is ``options`` with ``changes`` (LoadOptions fields) applied: e.g.
+    ``rpc`` places the target's layers on llama.cpp RPC workers, ``parallel`` gives the
+    target (and a draft model) that many sequences, one per server slot
     (``CompletionSession.slot_sessions``).
 
     ``draft`` is what --draft takes (``edgespec.drafting.build.parse_draft_spec``):
@@ -370,17 +365,7 @@ def load_session(
     measured now if it is not cached yet, rather than during a request.
     """
     gamma = check_gamma(gamma)
-    model, drafter = load_pair(
-        target,
-        draft,
-        n_ctx=n_ctx,
-        n_threads=n_threads,
-        gpu_layers=gpu_layers,
-        draft_gpu_layers=draft_gpu_layers,
-        rpc=rpc,
-        rpc_timeout=rpc_timeout,
-        n_seq=parallel,
-    )
+    model, drafter = load_pair(target, draft, options, **changes)
     is_path = target.endswith(".gguf") or "/" in target
     default_name = model.path.stem if is_path else target
     return CompletionSession(model, drafter, gamma=gamma, name=name or default_name)

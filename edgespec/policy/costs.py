@@ -229,6 +229,15 @@ _process_origins: dict[str, str] = {}
 _gap_calibrations: dict[str, Any] = {}
 
 
+def use_curve(curve: CostCurve) -> None:
+    """Make ``curve`` the one ``--gamma auto`` plans with in this process, for its model
+    and machine, as ``load_or_measure(refresh=True)`` leaves a curve it measured (without
+    storing it): e.g. a curve measured under a delay the benchmark then sets."""
+    _process_curves[curve.key] = curve
+    _process_origins[curve.key] = ORIGIN_STORED
+    _gap_calibrations.pop(curve.key, None)
+
+
 def curve_origin(curve: CostCurve) -> str:
     """Where load_or_measure got this curve: one of the ORIGIN_* sentences."""
     return _process_origins.get(curve.key, ORIGIN_CACHE)

@@ -17,7 +17,7 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer, Header
 
-from edgespec.events import DoneEvent, RoundEvent, StopReason, TokenEvent
+from edgespec import DoneEvent, RoundEvent, StopReason, TokenEvent
 
 from ..messages import EngineFailed, EngineLoaded, PlainCallMeasured, ReplyEnded, ReplyEvent
 from ..metrics import PlainCallMeter, ReplyMetrics

@@ -18,8 +18,7 @@ import threading
 
 from textual import work
 
-from edgespec.backend import unanswering_rpc_workers
-from edgespec.server.supervisor import BACKOFF_FIRST_S, BACKOFF_MAX_S
+from edgespec import unanswering_rpc_workers
 
 from ..messages import WorkerLost, WorkersProbed
 from ..runner import EngineRunner
@@ -27,6 +26,10 @@ from ..store import Conversation
 from ..widgets.assistant_message import AssistantMessage
 from ..widgets.prompt_input import PromptInput
 from ..widgets.stats_panel import StatsPanel
+
+# probing the workers: the first wait, doubled after each miss up to the last (the same
+# backoff as ``edgespec serve --rpc-retry``'s supervisor)
+BACKOFF_FIRST_S, BACKOFF_MAX_S = 0.25, 2.0
 
 
 class WorkerRecovery:

@@ -11,7 +11,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from edgespec.events import DoneEvent, TokenEvent, TokenKind
+from edgespec import DoneEvent, TokenEvent, TokenKind
 
 from .tokens import TOKEN_CLASSES, component_classes
 

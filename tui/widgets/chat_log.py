@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from edgespec.events import TokenKind
+from edgespec import TokenKind
 
 from ..store import StoredMessage
 from .assistant_message import AssistantMessage, TokenPiece

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widget import Widget
 
-from edgespec.events import TokenKind
+from edgespec import TokenKind
 
 from .tokens import TOKEN_CLASSES, component_classes
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgespec.events import TokenKind
+from edgespec import TokenKind
 
 #: Component class of each token kind; the colours live in edgespec.tcss.
 TOKEN_CLASSES: dict[TokenKind, str] = {kind: f"token--{kind.value}" for kind in TokenKind}
