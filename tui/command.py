@@ -19,6 +19,7 @@ from edgespec.commands import (
     one_line,
 )
 
+from .overflow import TRUNCATE_MIDDLE
 from .session import GenerationSettings, LlamaChatEngine, ModelChoice
 
 
@@ -38,6 +39,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--show-rejected",
         action="store_true",
         help="keep rejected draft tokens visible (F6 toggles it in the app)",
+    )
+    p.add_argument(
+        "--context-overflow",
+        choices=(TRUNCATE_MIDDLE, "error"),
+        default=TRUNCATE_MIDDLE,
+        help="a chat longer than --ctx: 'truncate-middle' (the default) leaves its oldest "
+        "turns out of the prompt, as few as let it fit with room for the reply, and says so "
+        "in the conversation; 'error' stops there with a message",
     )
     p.add_argument(
         "--resume",
@@ -103,6 +112,7 @@ def settings_from_args(args: argparse.Namespace) -> GenerationSettings:
         min_p=args.min_p,
         max_tokens=args.max_tokens,
         seed=args.seed,
+        context_overflow=args.context_overflow,
     )
 
 

@@ -28,6 +28,7 @@ from edgespec import (
     parse_draft_spec,
 )
 
+from .overflow import TRUNCATE_MIDDLE, fit_conversation, noted
 from .prompt import ChatMessage, PromptFormat
 
 SELF_DRAFT = "self"  # drafter choice: a second copy of the target drafts for itself
@@ -43,6 +44,7 @@ class GenerationSettings(SamplingParams):
     gamma: int | str = DEFAULT_GAMMA  # draft tokens per round, or "auto" (engine's policy)
     max_tokens: int = DEFAULT_MAX_TOKENS
     seed: int | None = None
+    context_overflow: str = TRUNCATE_MIDDLE  # or "error" (tui.overflow)
 
     def sampling(self) -> SamplingParams:
         """The sampling part alone."""
@@ -229,14 +231,24 @@ class LlamaChatEngine:
         """stream_generate over the whole conversation; the KV cache keeps the common prefix.
 
         A finished reply goes into the lookup history with its prompt (the pair's
-        stream_generate does that)."""
-        return self.pair.stream_generate(
-            self.prompt_tokens(messages),
+        stream_generate does that). A conversation past the context loses its oldest
+        turns first (settings.context_overflow): the events then start with a
+        ContextTrimmed (tui.overflow)."""
+        prompt, trimmed = fit_conversation(
+            messages,
+            self.prompt_tokens,
+            mode=settings.context_overflow,
+            max_tokens=settings.max_tokens,
+            n_ctx=self.target.n_ctx,
+        )
+        events = self.pair.stream_generate(
+            prompt,
             max_tokens=settings.max_tokens,
             sampling=settings.sampling(),
             gamma=settings.gamma,
             seed=settings.seed,
         )
+        return events if trimmed is None else noted(trimmed, events)
 
     def close(self) -> None:
         """Free both models."""

@@ -6,6 +6,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
+from edgespec_tui.overflow import ContextTrimmed
 from edgespec_tui.prompt import ChatMessage, PromptFormat
 from edgespec_tui.session import EngineInfo, GenerationSettings
 
@@ -78,6 +79,7 @@ class FakeEngine:
     gate: threading.Event | None = None
     pause_after: int = 0  # events to stream before waiting on gate
     fail_with: EdgespecError | None = None
+    trimmed: ContextTrimmed | None = None  # each reply starts with it (tui.overflow)
     plain_call_s: float | None = 0.04
     calls: list[tuple[list[ChatMessage], GenerationSettings]] = field(default_factory=list)
     closed_streams: int = 0
@@ -122,6 +124,8 @@ class FakeEngine:
         if not self.draft:  # no drafter: every kept token comes from the target alone
             rounds = [[(P, t)] for rnd in self.rounds for k, t in rnd if k is not R]
         try:
+            if self.trimmed is not None:
+                yield self.trimmed
             for i, ev in enumerate(script_events(rounds, cached=8 * (call - 1))):
                 if self.gate is not None and i >= self.pause_after:
                     self.paused.set()

@@ -21,6 +21,7 @@ from edgespec import DoneEvent, RoundEvent, StopReason, TokenEvent
 
 from ..messages import EngineFailed, EngineLoaded, PlainCallMeasured, ReplyEnded, ReplyEvent
 from ..metrics import PlainCallMeter, ReplyMetrics
+from ..overflow import ContextTrimmed
 from ..prompt import ChatMessage
 from ..runner import EngineRunner
 from ..session import EngineFactory, EngineInfo, GenerationSettings
@@ -98,6 +99,8 @@ class ChatScreen(SettingsActions, WorkerRecovery, Screen):
         # the draft length auto used in its last reply (mean per round, rounded): where
         # F2/F3 step from when leaving auto; 0 before any
         self.auto_gamma = 0
+        # how many of the oldest messages the last reply's prompt left out (tui.overflow)
+        self.trimmed = 0
 
     def compose(self) -> ComposeResult:
         """Header, conversation and stats side by side, legend, message box, footer."""
@@ -212,6 +215,11 @@ class ChatScreen(SettingsActions, WorkerRecovery, Screen):
             self.query_one(StatsPanel).show(
                 metrics=self._metrics, auto_gamma=self.auto_gamma if self._reply_auto else None
             )
+        elif isinstance(ev, ContextTrimmed):
+            # a note when more of the conversation is left out than before
+            if ev.messages > self.trimmed:
+                self.query_one(ChatLog).add_note(ev.note(), before=self._reply)
+            self.trimmed = ev.messages
         elif isinstance(ev, DoneEvent):
             self._metrics.on_done(ev)
             self._reply.finish(ev)
@@ -335,6 +343,7 @@ class ChatScreen(SettingsActions, WorkerRecovery, Screen):
         """Start an empty conversation (the old one stays saved)."""
         self._abandon_reply()
         self.conversation = Conversation()
+        self.trimmed = 0
         self.query_one(ChatLog).clear_messages()
         self.query_one(StatsPanel).show(
             clear_metrics=True, status="ready" if self.runner.engine else None
@@ -367,6 +376,7 @@ class ChatScreen(SettingsActions, WorkerRecovery, Screen):
         """Show a saved conversation; the next message continues it."""
         self._abandon_reply()
         self.conversation = conv
+        self.trimmed = 0
         chat_log = self.query_one(ChatLog)
         chat_log.show_messages(
             conv.messages, linger_s=self.config.linger_s, show_rejected=self.show_rejected

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from textual.containers import VerticalScroll
+from textual.widget import Widget
 from textual.widgets import Static
 
 from edgespec import TokenKind
@@ -25,6 +26,10 @@ class UserMessage(Static):
 
 class ModeBanner(Static):
     """One line saying whether this is a chat (template) or a plain completion."""
+
+
+class ContextNote(Static):
+    """A line saying that the oldest turns no longer fit the context (tui.overflow)."""
 
 
 class ChatLog(VerticalScroll, can_focus=False):
@@ -52,6 +57,16 @@ class ChatLog(VerticalScroll, can_focus=False):
         self.mount(msg)
         self.follow()
         return msg
+
+    def add_note(self, text: str, *, before: Widget | None = None) -> ContextNote:
+        """Add a context note before a widget of the log (None: at the end)."""
+        note = ContextNote(text, markup=False)
+        if before is not None and before.parent is self:
+            self.mount(note, before=before)
+        else:
+            self.mount(note)
+        self.follow()
+        return note
 
     def add_assistant(
         self,
