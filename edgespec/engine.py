@@ -24,7 +24,7 @@ from .params import check_max_tokens
 from .planning import RoundPlanner, RoundResult, resolve_gamma
 from .policy.adaptive import AdaptiveGamma
 from .sampling import SamplingParams, TokenDist, kept_logprobs
-from .shaping import Shaper, argmaxes, dists, for_generation
+from .shaping import Shaper, argmaxes, dists, for_generation, with_certain_rows
 from .stopping import StopSequenceMatcher
 from .verify import NO_TOKEN, accept_greedy, accept_rejection
 
@@ -44,50 +44,66 @@ def speculative_step(
     proposal: Draft | None = None,
     shaper: Shaper | None = None,
     logprobs: int | None = None,
+    grammar_draft: Sequence[int] = (),
+    certain_rows: bool = False,
 ) -> RoundResult:
     """One round. Precondition: the target cache holds context[:-1].
 
-    proposal: the drafter's proposal for this context when it was asked before gamma
-    was chosen (a lookup); its first gamma tokens are verified.
-    shaper: penalties and grammar at the context's end (None: neither); logprobs: how
-    many top logprobs to report per kept token (None: none).
+    grammar_draft: tokens the grammar forces next (``Shaper.grammar_draft``), drafted
+    first (q = 1); the drafter's gamma tokens follow them (proposal: the drafter's
+    proposal for context + grammar_draft when it was asked before gamma was chosen, a
+    lookup's). shaper: penalties and grammar at the context's end (None: neither);
+    logprobs: how many top logprobs to report per kept token (None: none);
+    certain_rows: leave out the logits of rows where the grammar admits a single token.
 
     On return the target cache holds context + the accepted draft tokens, i.e.
     everything committed except next_token, restoring the precondition.
     """
     t0 = time.perf_counter()
-    if drafter is None or gamma == 0:
+    head = list(grammar_draft)
+    if drafter is None or gamma == 0 or (head and target.is_eog(head[-1])):
         draft = Draft([], [])
     elif proposal is not None:
         draft = Draft(proposal.tokens[:gamma], proposal.q[:gamma])
     else:
         extras = {"keep": keep} if keep is not None else {}
-        if shaper is not None:
-            extras["shape"] = shaper.fork()  # the draft walks its own copy: q shaped as p
-        draft = drafter.propose(context, gamma, sampling, rng, **extras)
-    if shaper is not None and (cut := shaper.admissible(draft.tokens)) < len(draft.tokens):
-        draft = replace(draft, tokens=draft.tokens[:cut], q=draft.q[:cut])
+        if shaper is not None:  # the draft walks its own copy: q shaped as p
+            extras["shape"] = walk = shaper.fork()
+            for x in head:
+                walk.push(x)
+        draft = drafter.propose([*context, *head], gamma, sampling, rng, **extras)
+    tokens = [*head, *draft.tokens]
+    if shaper is not None and (cut := shaper.admissible(tokens)) < len(tokens):
+        tokens = tokens[:cut]
     t1 = time.perf_counter()
     n_ctx_before = len(target.tokens)
+    # rows where the grammar admits a single token need no logits: p is a point mass there
+    skip = certain_rows and shaper is not None and logprobs is None
+    certain = shaper.certain(tokens) if skip else []  # type: ignore[union-attr]
+    need = [i for i, c in enumerate(certain) if c is None]
     # one target call scores the pending token and every draft token: g + 1 rows of p
-    logits = target.decode([context[-1], *draft.tokens], logits="all")
+    rows = target.decode([context[-1], *tokens], logits="all" if not certain else need)
+    logits = with_certain_rows(rows, certain, target.n_vocab) if certain else rows
     if shaper is not None:  # row i penalised and masked after draft tokens 0..i-1
-        logits = shaper.rows(logits, draft.tokens)  # (each shaped when first read)
+        logits = shaper.rows(logits, tokens)  # (each shaped when first read)
     if sampling.greedy:
-        n, nxt = accept_greedy(draft.tokens, argmaxes(logits, shaper))
+        n, nxt = accept_greedy(tokens, argmaxes(logits, shaper))
         if shaper is not None and not logits[n].max() > -np.inf:
             nxt = NO_TOKEN  # the grammar admits nothing here
         p = None
     else:
-        q = draft.q or [_point_mass(x) for x in draft.tokens]
+        q = [*map(_point_mass, head), *(draft.q or map(_point_mass, draft.tokens))]
         p = dists(logits, sampling, shaper)
-        n, nxt = accept_rejection(draft.tokens, q, p, rng)
-    kept = [*draft.tokens[:n], nxt][: n + (nxt != NO_TOKEN)]
+        n, nxt = accept_rejection(tokens, q[: len(tokens)], p, rng)
+    kept = [*tokens[:n], nxt][: n + (nxt != NO_TOKEN)]
     lp = None if logprobs is None else kept_logprobs(logits, p, kept, logprobs)
     # keep the pending token and the accepted drafts; drop the rejected tail
     target.truncate(n_ctx_before + 1 + n)
     verify_s = time.perf_counter() - t1
-    return RoundResult(draft.tokens, draft.model_calls, n, nxt, t1 - t0, verify_s, lp)
+    return RoundResult(
+        tokens, draft.model_calls, n, nxt, t1 - t0, verify_s, lp,
+        n_grammar=min(len(head), len(tokens)), certain=tuple(c is not None for c in certain),
+    )  # fmt: skip
 
 
 def _point_mass(token: int) -> TokenDist:
@@ -106,11 +122,15 @@ def stream_generate(
     seed: int | None = None,
     stop: Sequence[str] = (),
     grammar: Grammar | None = None,
+    grammar_drafts: bool | None = None,
     logprobs: int | None = None,
 ) -> Iterator[Event]:
     """Generate from prompt, yielding TokenEvents, a RoundEvent per round, then a DoneEvent.
 
-    grammar constrains the output (p and q masked at every draft position); logprobs
+    grammar constrains the output (p and q masked at every draft position);
+    grammar_drafts: draft the text the grammar forces and skip the logits of rows where
+    it admits one token (default: when there is a drafter, i.e. not plain decoding);
+    logprobs
     (n >= 0) puts each kept token's logprob and its n likeliest alternatives on its
     TokenEvent, from the verify call's rows.
 
@@ -129,7 +149,9 @@ def stream_generate(
     if logprobs is not None and logprobs < 0:
         raise InvalidParameterError(f"logprobs must be >= 0, got {logprobs}")
     prompt_tokens = _prompt_tokens(target, prompt)
-    shaper = for_generation(target, sampling, grammar, prompt_tokens, logprobs)
+    shaper = for_generation(target, sampling, grammar, prompt_tokens)
+    if grammar_drafts is None:
+        grammar_drafts = drafter is not None
     rng = np.random.default_rng(seed)
     t_start = time.perf_counter()
     cached = target.reuse_prefix(prompt_tokens)
@@ -154,10 +176,12 @@ def stream_generate(
         # never draft past max_tokens or the context (the round adds g + 1 tokens), and
         # verify in one llama_decode: at most n_batch rows
         limit = max(0, min(max_tokens - len(out.tokens) - 1, room - 1, target.n_batch - 1))
-        plan = planner.plan(out.context, limit, sampling, rng)
+        head = shaper.grammar_draft(limit) if shaper is not None and grammar_drafts else []
+        plan = planner.plan([*out.context, *head], limit - len(head), sampling, rng)
         res = speculative_step(
             target, plan.source, out.context, plan.gamma, sampling, rng, plan.keep,
-            proposal=plan.proposal, shaper=shaper, logprobs=logprobs,
+            proposal=plan.proposal, shaper=shaper, logprobs=logprobs, grammar_draft=head,
+            certain_rows=grammar_drafts,
         )  # fmt: skip
         planner.observe(plan, res)
         stats = _add_round(stats, res, rnd, plan.lookup_s)
@@ -207,8 +231,10 @@ class _Output:
         """A TokenEvent per token the round commits, the rejected draft token's before its
         correction; ends early (setting reason) at end-of-generation or a stop string."""
         kept = [*res.draft[: res.n_accepted], res.next_token]
-        kinds = [TokenKind.ACCEPTED] * res.n_accepted
-        if res.n_accepted < len(res.draft):
+        kinds = [_draft_kind(res, i) for i in range(res.n_accepted)]
+        if res.is_certain(res.n_accepted):
+            kinds.append(TokenKind.FORCED)
+        elif res.n_accepted < len(res.draft):
             kinds.append(TokenKind.CORRECTION)
         else:
             kinds.append(TokenKind.BONUS if res.draft else TokenKind.PLAIN)
@@ -253,15 +279,30 @@ class _Output:
         return DoneEvent(self._detok.text, tuple(self.tokens), reason, stats)
 
 
+def _draft_kind(res: RoundResult, i: int) -> TokenKind:
+    """The kind of the round's accepted draft token i."""
+    if res.is_certain(i):
+        return TokenKind.FORCED
+    return TokenKind.GRAMMAR if i < res.n_grammar else TokenKind.ACCEPTED
+
+
 def _add_round(stats: Stats, res: RoundResult, rnd: int, lookup_s: float) -> Stats:
-    """stats with round rnd added (a lookup's time counts as drafting)."""
-    tried, hit = _position_counts(stats, len(res.draft), res.n_accepted)
+    """stats with round rnd added (a lookup's time counts as drafting; the grammar's
+    draft is counted apart from the drafter's)."""
+    drafted, accepted = res.drafter_part or (0, 0)
+    tried, hit = _position_counts(stats, drafted, accepted)
+    head = range(min(res.n_grammar, res.n_accepted + 1))  # the grammar's tokens verified
+    kept = res.n_accepted + (res.next_token != NO_TOKEN)
     return replace(
         stats,
         position_tried=tried,
         position_accepted=hit,
-        drafted=stats.drafted + len(res.draft),
-        accepted=stats.accepted + res.n_accepted,
+        drafted=stats.drafted + drafted,
+        accepted=stats.accepted + accepted,
+        grammar_drafted=stats.grammar_drafted + sum(not res.is_certain(i) for i in head),
+        grammar_accepted=stats.grammar_accepted
+        + sum(not res.is_certain(i) for i in head if i < res.n_accepted),
+        forced=stats.forced + sum(res.is_certain(i) for i in range(kept)),
         rounds=rnd,
         target_calls=stats.target_calls + 1,
         draft_calls=stats.draft_calls + res.draft_calls,

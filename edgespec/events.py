@@ -14,6 +14,8 @@ class TokenKind(StrEnum):
     CORRECTION = "correction"  # sampled by the target in place of a rejected draft token
     BONUS = "bonus"  # sampled by the target after every draft token was accepted
     PLAIN = "plain"  # sampled by the target in a round without a draft
+    GRAMMAR = "grammar"  # drafted from the text a grammar forces, kept by the target
+    FORCED = "forced"  # the only token the grammar admits: certain, no logits computed
 
     @property
     def from_target(self) -> bool:
@@ -75,6 +77,10 @@ class Stats(DraftRatios):
     wall_s: float = 0.0
     position_tried: tuple[int, ...] = ()  # per draft position: times verified on its own merit
     position_accepted: tuple[int, ...] = ()  # ... and times accepted
+    # a grammar's own drafts (not in drafted/accepted, which are the drafter's):
+    grammar_drafted: int = 0  # tokens drafted from the text the grammar forces
+    grammar_accepted: int = 0  # ... and kept
+    forced: int = 0  # output tokens that were the grammar's only choice (rows not computed)
 
     @property
     def position_acceptance(self) -> list[float]:

@@ -31,6 +31,20 @@ class RoundResult:
     draft_s: float
     verify_s: float
     logprobs: tuple[tuple[float, TopLogprobs], ...] | None = None  # per kept token, if asked
+    n_grammar: int = 0  # the draft's first n_grammar tokens are the grammar's (forced text)
+    certain: tuple[bool, ...] = ()  # per verify row: the grammar admitted one token there
+
+    def is_certain(self, row: int) -> bool:
+        """Whether verify row ``row`` was the grammar's only choice (no logits computed)."""
+        return row < len(self.certain) and self.certain[row]
+
+    @property
+    def drafter_part(self) -> tuple[int, int] | None:
+        """(drafted, accepted) of the drafter's own tokens, after the grammar's; None when
+        the grammar's draft was rejected, so that the drafter's were never tested."""
+        if self.n_accepted < self.n_grammar:
+            return None
+        return len(self.draft) - self.n_grammar, self.n_accepted - self.n_grammar
 
 
 def _split_lookup(drafter: Drafter | None) -> tuple[Drafter | None, Drafter | None]:
@@ -102,13 +116,14 @@ class RoundPlanner:
 
     def observe(self, plan: RoundPlan, res: RoundResult) -> None:
         """Teach the adaptive policy (if any) what the planned round cost and yielded."""
-        if self.policy is None:
+        if self.policy is None or (part := res.drafter_part) is None:
             return
+        drafted, accepted = part
         # only a draft model's time teaches the policy what a draft step costs (and only
         # in a round that ran it: a plain round's few microseconds are not a step)
         ran_model = plan.gamma > 0 and plan.proposal is None
         draft_s = res.draft_s if ran_model else 0.0
-        self.policy.observe(len(res.draft), res.n_accepted, res.verify_s, draft_s)
+        self.policy.observe(drafted, accepted, res.verify_s, draft_s)
         if plan.gamma == 0 and plan.looked_up is not None:
             # (also when the composite's model stood in: an earlier proposal being
             # scored a token a round must move on with the text)

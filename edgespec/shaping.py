@@ -4,18 +4,15 @@ Both depend on the tokens so far, so a speculative round shapes the row of draft
 position i with the draft's tokens 0..i-1 included: the same ``Shaper``, forked,
 walks the draft for the draft model (q) and for the target's verify rows (p).
 
-A grammar mask over a 262k vocabulary costs 50-80 ms (llama.cpp matches every
-token's text), more than a target step. So ``shape`` asks the grammar only about
-the highest logits, widening until no unasked token can matter: greedy needs the
-best allowed token, top-k the k best, min-p those above the floor. What is left
-unasked becomes -inf, which the processing would have cut anyway: the processed
-distribution is exactly that of the fully masked row. (With neither top-k nor
-min-p every token counts, and the whole vocabulary is asked.)
+llguidance computes a grammar's mask over the whole vocabulary in about a tenth of a
+millisecond, so every shaped row is masked in full. Where the mask admits exactly one
+token, that token is certain under the constrained target: ``certain`` finds such
+rows, whose logits the verify call need not compute, and ``grammar_draft`` proposes
+what the grammar forces next.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -23,11 +20,6 @@ import numpy as np
 from .backend import GrammarMatcher, LlamaModel
 from .grammar import Grammar, GrammarError
 from .sampling import SamplingParams, TokenDist, apply_penalties, greedy_tokens, process_logits
-
-#: greedy logprobs: a softmax over the allowed tokens within this many logits of the
-#: best (the rest weigh under n_vocab * e^-40 ~ 1e-12 of the mass)
-LOGPROB_SPAN = 40.0
-_FIRST_SPAN = 4.0
 
 
 class Shaper:
@@ -42,13 +34,10 @@ class Shaper:
         history: Sequence[int],
         matcher: GrammarMatcher | None,
         is_eog: Callable[[int], bool],
-        *,
-        full_softmax: bool = False,
     ) -> None:
         self.sampling = sampling
         self.matcher = matcher
         self.is_eog = is_eog
-        self.full_softmax = full_softmax  # greedy logprobs: the softmax's mass matters
         n = sampling.penalty_last_n if sampling.penalized else 0
         self._last_n = n
         self.history = list(history)[-n:] if n > 0 else list(history) if n < 0 else []
@@ -91,7 +80,49 @@ class Shaper:
             walk.push(x)
         return len(tokens)
 
-    def rows(self, logits: np.ndarray, draft: Sequence[int]) -> ShapedRows:
+    def certain(self, tokens: Sequence[int]) -> list[int | None]:
+        """For each verify row of a draft (len(tokens) + 1 rows): the one token the
+        grammar admits there, or None. Such a row's shaped distribution is a point mass
+        whatever the logits, so the target need not compute them."""
+        if self.matcher is None:
+            return [None] * (len(tokens) + 1)
+        walk = self.fork()
+        out: list[int | None] = []
+        for x in tokens:
+            out.append(walk.matcher.only())  # type: ignore[union-attr]
+            if self.is_eog(x):
+                return [*out, None]  # (nothing is decoded after an end of generation)
+            walk.push(x)
+        return [*out, walk.matcher.only()]  # type: ignore[union-attr]
+
+    def grammar_draft(self, limit: int) -> list[int]:
+        """Up to limit tokens the grammar forces next: while it admits a single token,
+        that token; then the text it forces, as the tokenizer would split it (a draft
+        the target verifies: it may prefer another split of the same text)."""
+        if self.matcher is None or limit <= 0:
+            return []
+        walk = self.fork()
+        out: list[int] = []
+        while len(out) < limit:
+            only = walk.matcher.only()  # type: ignore[union-attr]
+            if only is not None:
+                out.append(only)
+                if self.is_eog(only):
+                    break
+                walk.push(only)
+                continue
+            taken = 0
+            for x in walk.matcher.forced_tokens()[: limit - len(out)]:  # type: ignore[union-attr]
+                if not walk.allows(x):
+                    break
+                out.append(x)
+                walk.push(x)
+                taken += 1
+            if not taken:
+                break
+        return out
+
+    def rows(self, logits: Sequence[np.ndarray], draft: Sequence[int]) -> ShapedRows:
         """Verify rows shaped on demand: row i after the draft's tokens 0..i-1."""
         return ShapedRows(logits, draft, self.fork())
 
@@ -103,26 +134,12 @@ class Shaper:
             row = apply_penalties(row, self.history, self.sampling)
         if self.matcher is None:
             return row
-        top_k = 0 if self.sampling.greedy else self.sampling.top_k
-        n = self.matcher.n_vocab
-        head = _mask_head(np.asarray(row[:n], dtype=np.float32), self.matcher, self._enough, top_k)
-        if len(row) <= n:
-            return head
-        # a draft vocabulary's extra tokens (which the target lacks): never proposed
-        return np.concatenate([head, np.full(len(row) - n, -np.inf, dtype=np.float32)])
-
-    def _enough(self, best: float, kth: float, bound: float) -> bool:
-        """Whether unasked tokens (all logits < bound) cannot matter, given the best
-        allowed logit and the k-th best (-inf while fewer than k are allowed)."""
-        sp = self.sampling
-        if sp.greedy:
-            return best - (LOGPROB_SPAN if self.full_softmax else 0.0) >= bound
-        cut = -math.inf
-        if sp.top_k > 0:
-            cut = kth
-        if sp.min_p > 0:
-            cut = max(cut, best + sp.temperature * math.log(sp.min_p))
-        return cut > -math.inf and cut >= bound
+        mask = self.matcher.mask()
+        n = len(mask)
+        out = np.full(len(row), -np.inf, dtype=np.float32)
+        # (a draft vocabulary's extra tokens, which the target lacks, stay -inf)
+        np.copyto(out[:n], np.asarray(row[:n], dtype=np.float32), where=mask[: len(row)])
+        return out
 
 
 def for_generation(
@@ -130,7 +147,6 @@ def for_generation(
     sampling: SamplingParams,
     grammar: Grammar | None,
     prompt_tokens: list[int],
-    logprobs: int | None,
 ) -> Shaper | None:
     """Penalties and grammar for this generation; None when neither applies (no cost).
 
@@ -141,11 +157,10 @@ def for_generation(
     matcher = None
     if grammar is not None:
         try:
-            matcher = target.grammar(grammar.gbnf, grammar.root)
+            matcher = target.grammar(grammar.spec)
         except ValueError as exc:
             raise GrammarError(f"invalid grammar for this model: {exc}") from None
-    full = logprobs is not None and sampling.greedy
-    return Shaper(sampling, prompt_tokens, matcher, target.is_eog, full_softmax=full)
+    return Shaper(sampling, prompt_tokens, matcher, target.is_eog)
 
 
 def argmaxes(logits: Sequence[np.ndarray], shaper: Shaper | None) -> Sequence[int]:
@@ -168,7 +183,7 @@ class ShapedRows(Sequence[np.ndarray]):
     """A round's verify rows, each shaped when first read (in order): the acceptance
     rules stop at the first rejection, and rows after it are never shaped."""
 
-    def __init__(self, logits: np.ndarray, draft: Sequence[int], walk: Shaper) -> None:
+    def __init__(self, logits: Sequence[np.ndarray], draft: Sequence[int], walk: Shaper) -> None:
         self._logits, self._draft, self._walk = logits, draft, walk
         self._rows: list[np.ndarray] = []
 
@@ -204,46 +219,30 @@ class Lazy(Sequence):
         return self._done[i]
 
 
-def _mask_head(
-    row: np.ndarray,
-    matcher: GrammarMatcher,
-    enough: Callable[[float, float, float], bool],
-    top_k: int,
-) -> np.ndarray:
-    """-inf except the allowed tokens among the highest logits, asked in widening
-    spans below the row's max until ``enough`` says the rest cannot matter."""
-    k = 0
-    mx = float(row.max())
-    allowed_logits: list[np.ndarray] = []
-    allowed_ids: list[np.ndarray] = []
-    asked = np.zeros(len(row), dtype=bool)
-    span = _FIRST_SPAN
-    while True:
-        bound = mx - span if math.isfinite(span) else -math.inf
-        new = (
-            np.flatnonzero((row >= bound) & ~asked) if bound > -math.inf else np.flatnonzero(~asked)
-        )
-        asked[new] = True
-        ok = new[matcher.allowed(new)] if len(new) else new
-        allowed_ids.append(ok)
-        allowed_logits.append(row[ok])
-        k += len(ok)
-        if k and math.isfinite(bound):
-            logits = np.concatenate(allowed_logits)
-            kth = _kth(logits, top_k)
-            if enough(float(logits.max()), kth, bound):
-                break
-        if not math.isfinite(bound):
-            break
-        span = span * 4 if span < 1e4 else math.inf
-    out = np.full(len(row), -np.inf, dtype=np.float32)
-    ids = np.concatenate(allowed_ids)
-    out[ids] = row[ids]
-    return out
+def with_certain_rows(
+    computed: np.ndarray, certain: Sequence[int | None], n_vocab: int
+) -> Sequence[np.ndarray]:
+    """A round's verify rows where the target computed only those not certain (in order,
+    ``computed``): a certain row (the grammar's one token t) stands as logits 0 at t and
+    -inf elsewhere, which shapes to the same point mass any computed row would."""
+    return CertainRows(computed, certain, n_vocab)
 
 
-def _kth(logits: np.ndarray, k: int) -> float:
-    """The k-th largest of logits (-inf if fewer, or k is 0)."""
-    if k <= 0 or len(logits) < k:
-        return -math.inf
-    return float(np.partition(logits, len(logits) - k)[len(logits) - k])
+class CertainRows(Sequence[np.ndarray]):
+    """Verify rows, the certain ones made up (see ``with_certain_rows``)."""
+
+    def __init__(self, computed: np.ndarray, certain: Sequence[int | None], n_vocab: int) -> None:
+        self._computed, self._certain, self._n = computed, certain, n_vocab
+        self._at = {i: k for k, i in enumerate(i for i, c in enumerate(certain) if c is None)}
+
+    def __len__(self) -> int:
+        return len(self._certain)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if not 0 <= i < len(self._certain):
+            raise IndexError(i)
+        if i in self._at:
+            return self._computed[self._at[i]]
+        row = np.full(self._n, -np.inf, dtype=np.float32)
+        row[self._certain[i]] = 0.0
+        return row

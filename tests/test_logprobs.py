@@ -132,7 +132,7 @@ def test_greedy_logprobs_with_penalties_and_grammar(models) -> None:
                       grammar=Grammar.from_gbnf(gbnf))  # fmt: skip
     kept = [e for e in spec if e.kind is not TokenKind.REJECTED]
     prompt, rows = _rows(target, list(done.tokens))
-    history, matcher = list(prompt), target.grammar(gbnf)
+    history, matcher = list(prompt), target.grammar(Grammar.from_gbnf(gbnf).spec)
     for ev, row in zip(kept, rows, strict=True):
         row = apply_penalties(row, history[-sp.penalty_last_n :], sp)
         row[~matcher.allowed()] = -np.inf

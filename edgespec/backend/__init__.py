@@ -1,4 +1,4 @@
-"""edgespec's only way to llama.cpp: models, contexts, RPC workers, grammars.
+"""edgespec's only way to llama.cpp: models, contexts, RPC workers, grammar masks.
 
 Only ``bindings`` imports ``llama_cpp``; it sets the kernel mode first.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..files import check_gguf_file
 from .bindings import json_schema_to_gbnf, ll
-from .gbnf import GrammarMatcher, check_gbnf, compile_grammar
+from .grammar_matcher import GrammarMatcher
 from .heap import limit_arenas, trim_heap
 from .kernels import FAST_KERNELS, cpu_has_amx, default_threads
 from .model import (
@@ -51,8 +51,6 @@ __all__ = [
     "VocabInfo",
     "check_gguf_file",
     "check_rpc_timeout",
-    "check_gbnf",
-    "compile_grammar",
     "cpu_has_amx",
     "default_threads",
     "device_info",

@@ -23,7 +23,7 @@ from ..prefix import ReusesPrefix
 from .bindings import ll
 from .checkpoints import is_prefill, window_checkpoints
 from .compute import ComputeThread, local_compute
-from .gbnf import GrammarMatcher, compile_grammar
+from .grammar_matcher import GrammarMatcher, matcher_for
 from .kernels import FAST_KERNELS, REPACK_WEIGHTS, default_threads
 from .log import _failure_reason, _log_tail
 from .rows import decode_rows
@@ -211,12 +211,12 @@ class LlamaModel(ReusesPrefix):
             sep=tok(ll.llama_vocab_fim_sep),
         )
 
-    def grammar(self, text: str, root: str = "root") -> GrammarMatcher:
-        """A grammar's start state over this model's vocabulary (ValueError if refused)."""
-        smpl = ll.llama_sampler_init_grammar(self._vocab, text.encode(), root.encode())
-        if not smpl:  # (checked grammars parse: only then is stderr captured for the reason)
-            smpl = compile_grammar(text, root, self._vocab)
-        return GrammarMatcher(smpl, self.n_vocab)
+    def grammar(self, spec: str) -> GrammarMatcher:
+        """An llguidance grammar's start state over this model's vocabulary (ValueError,
+        one line, if refused: a special token the vocabulary lacks, say)."""
+        stat = self.path.stat()
+        key = f"{self.path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+        return matcher_for(self._vocab, key, spec)
 
     # --- context ----------------------------------------------------------
 

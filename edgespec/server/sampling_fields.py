@@ -124,7 +124,13 @@ def parse_grammar(f: Fields) -> Grammar | None:
             inner = fmt.get("json_schema")
             if not isinstance(inner, dict):
                 raise f._bad("response_format", "of type json_schema needs a 'json_schema' object")
-            found.append(("response_format", lambda: Grammar.from_json_schema(inner.get("schema"))))
+            strict = inner.get("strict")
+            if strict is not None and not isinstance(strict, bool):
+                raise f._bad("response_format", "'json_schema.strict' must be true or false")
+            # strict false: what cannot be enforced is left unenforced (as OpenAI's
+            # non-strict mode); true or absent: refused, naming the keyword
+            found.append(("response_format", lambda: Grammar.from_json_schema(
+                inner.get("schema"), strict=strict is not False)))  # fmt: skip
         elif kind != "text":
             raise f._bad("response_format", "'type' must be text, json_object or json_schema")
     if len(found) > 1:
@@ -136,4 +142,7 @@ def parse_grammar(f: Fields) -> Grammar | None:
     try:
         return make()
     except GrammarError as e:
-        raise bad_request(str(e), param=name, code="invalid_grammar") from None
+        hint = " (response_format's json_schema.strict false leaves it unenforced)"
+        refused = name == "response_format" and "cannot be enforced" in str(e)
+        raise bad_request(str(e) + (hint if refused else ""), param=name,
+                          code="invalid_grammar") from None  # fmt: skip

@@ -1,0 +1,183 @@
+"""llguidance over a llama.cpp vocabulary: the token mask of a grammar, state by state.
+
+The tokenizer llguidance needs (every token's bytes, the model's own tokenize
+function for the text a grammar forces) is built once per vocabulary and kept for
+the process; the bytes are also cached on disk, keyed by the model file, so a later
+process skips the walk over the vocabulary (``tokenizer_for``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import os
+import threading
+from pathlib import Path
+
+import llguidance
+import numpy as np
+
+from .bindings import ll
+
+#: a control token's bytes are marked so, as llguidance's own llama.cpp helper does:
+#: a grammar then admits it only where it names it (``<|end|>``)
+_SPECIAL = b"\xff"
+_lock = threading.Lock()
+_tokenizers: dict[str, llguidance.LLTokenizer] = {}
+
+
+class GrammarMatcher:
+    """A grammar's state over one vocabulary: the tokens that may come next (``mask``),
+    advanced token by token (``accept``), cheap to ``clone``."""
+
+    def __init__(self, matcher: llguidance.LLMatcher, n_vocab: int) -> None:
+        self._m = matcher
+        self.n_vocab = n_vocab
+        self._words = np.empty((n_vocab + 31) // 32, dtype=np.int32)
+        self._mask: np.ndarray | None = None  # of the current state, once computed
+
+    def clone(self) -> GrammarMatcher:
+        """An independent copy of the current state."""
+        out = GrammarMatcher(self._m.deep_copy(), self.n_vocab)
+        out._mask = self._mask
+        return out
+
+    def accept(self, token: int) -> None:
+        """Advance past token, which ``mask`` must have admitted (ValueError otherwise)."""
+        if not self._m.consume_token(token):
+            raise ValueError(f"the grammar does not admit token {token}: {self._m.get_error()}")
+        self._mask = None
+
+    def mask(self) -> np.ndarray:
+        """For each token of the vocabulary, whether it may come next (read-only)."""
+        if self._mask is None:
+            self._m.unsafe_compute_mask_ptr(self._words.ctypes.data, self._words.nbytes)
+            bits = np.unpackbits(self._words.view(np.uint8), bitorder="little")
+            self._mask = bits[: self.n_vocab].astype(bool)
+            self._mask.flags.writeable = False
+        return self._mask
+
+    def allowed(self, ids: np.ndarray | None = None) -> np.ndarray:
+        """For each of ids (default: the whole vocabulary), whether it may come next."""
+        mask = self.mask()
+        return mask if ids is None else mask[np.asarray(ids, dtype=np.int64)]
+
+    def only(self) -> int | None:
+        """The one token the grammar admits next, or None (none, or several)."""
+        allowed = np.flatnonzero(self.mask())
+        return int(allowed[0]) if len(allowed) == 1 else None
+
+    def forced_tokens(self) -> list[int]:
+        """The tokens of the text the grammar forces next, as the tokenizer would split
+        it (llguidance leaves out a last token that longer text could still merge into)."""
+        return list(self._m.compute_ff_tokens())
+
+    def close(self) -> None:
+        """Release the matcher (idempotent)."""
+        self._m = None  # type: ignore[assignment]
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+def grammar_error(spec: str) -> str | None:
+    """Why llguidance refuses a grammar spec without a vocabulary (None: it is valid)."""
+    is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(spec)
+    return (messages[0] if messages else "rejected") if is_error else None
+
+
+def matcher_for(vocab: object, key: str, spec: str) -> GrammarMatcher:
+    """A grammar's start state over a vocabulary (ValueError, one line, if refused)."""
+    tok = tokenizer_for(vocab, key)
+    m = llguidance.LLMatcher(tok, spec, log_level=0)
+    if m.is_error():
+        raise ValueError(" ".join(m.get_error().split())[:300])
+    return GrammarMatcher(m, ll.llama_vocab_n_tokens(vocab))
+
+
+def tokenizer_for(vocab: object, key: str) -> llguidance.LLTokenizer:
+    """llguidance's tokenizer for a vocabulary, built once per process (key: the model
+    file's identity) from token bytes cached on disk after the first build. Every
+    end-of-generation token ends a grammar's text."""
+    with _lock:
+        tok = _tokenizers.get(key)
+        if tok is None:
+            tokens, eog = _cached_vocab(vocab, key)
+            fptr = ctypes.cast(ll.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
+            tok = llguidance.LLTokenizer.from_llamacpp(
+                tokens=tokens, vocab_ptr=vocab, tokenize_fptr=fptr, eos_token=eog, slices=None
+            )
+            _tokenizers[key] = tok
+        return tok
+
+
+def _cached_vocab(vocab: object, key: str) -> tuple[list[bytes], list[int]]:
+    path = _cache_dir() / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.tokens"
+    with contextlib.suppress(OSError, ValueError):
+        return _read_vocab(path)
+    tokens, eog = _vocab_table(vocab)
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(_pack(tokens, eog))
+        tmp.replace(path)  # atomic: a reader sees a whole file or none
+    return tokens, eog
+
+
+def _vocab_table(vocab: object) -> tuple[list[bytes], list[int]]:
+    """Every token's bytes (control tokens marked, as llguidance's llama.cpp helper
+    does), and the end-of-generation tokens."""
+    n = ll.llama_vocab_n_tokens(vocab)
+    size = 16 * 1024
+    buf = ctypes.create_string_buffer(size + 1)
+    control, user = ll.LLAMA_TOKEN_ATTR_CONTROL, ll.LLAMA_TOKEN_ATTR_USER_DEFINED
+    out, eog = [], []
+    for token in range(n):
+        k = ll.llama_token_to_piece(vocab, token, buf, size, 0, True)
+        if k < 0:
+            raise ValueError(f"token {token} is longer than {size} bytes")
+        text = buf.raw[:k]
+        attr = ll.llama_vocab_get_attr(vocab, token)
+        if attr & control or (attr & user and text.startswith(b"<") and text.endswith(b">")):
+            text = _SPECIAL + text
+        out.append(text)
+        if attr & control and ll.llama_vocab_is_eog(vocab, token):
+            eog.append(token)
+    for token in (ll.llama_vocab_eos(vocab), ll.llama_vocab_eot(vocab)):
+        if token >= 0 and token not in eog:
+            eog.append(token)
+    return out, eog
+
+
+_MAGIC = b"EDGESPEC-VOCAB-1"
+
+
+def _pack(tokens: list[bytes], eog: list[int]) -> bytes:
+    head = np.array([len(tokens), len(eog)], dtype=np.uint32)
+    lengths = np.array([len(t) for t in tokens], dtype=np.uint32)
+    ids = np.array(eog, dtype=np.uint32)
+    return _MAGIC + head.tobytes() + ids.tobytes() + lengths.tobytes() + b"".join(tokens)
+
+
+def _read_vocab(path: Path) -> tuple[list[bytes], list[int]]:
+    data = path.read_bytes()
+    if not data.startswith(_MAGIC):
+        raise ValueError("not a vocabulary cache")
+    at = len(_MAGIC)
+    n, n_eog = (int(x) for x in np.frombuffer(data, dtype=np.uint32, count=2, offset=at))
+    eog = np.frombuffer(data, dtype=np.uint32, count=n_eog, offset=at + 8).tolist()
+    at += 8 + 4 * n_eog
+    lengths = np.frombuffer(data, dtype=np.uint32, count=n, offset=at)
+    ends = np.cumsum(lengths, dtype=np.int64) + at + 4 * n
+    if n == 0 or ends[-1] != len(data):
+        raise ValueError("a truncated vocabulary cache")
+    starts = ends - lengths
+    return [data[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)], eog
+
+
+def _cache_dir() -> Path:
+    from platformdirs import user_cache_dir
+
+    return Path(os.environ.get("EDGESPEC_CACHE_DIR") or user_cache_dir("edgespec")) / "tokenizers"
