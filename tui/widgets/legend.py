@@ -14,6 +14,8 @@ ENTRIES = (
     (TokenKind.CORRECTION, "target: correction"),
     (TokenKind.BONUS, "bonus"),
     (TokenKind.PLAIN, "plain"),
+    (TokenKind.GRAMMAR, "grammar draft"),
+    (TokenKind.FORCED, "forced"),
     (TokenKind.REJECTED, "rejected draft"),
 )
 

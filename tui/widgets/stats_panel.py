@@ -142,6 +142,8 @@ class StatsPanel(Widget, can_focus=False):
             row("accepted", f"{st.acceptance_rate:.0%}", f"{st.accepted}/{st.drafted}")
         else:
             row("accepted", "–", "no drafts")
+        if st.grammar_drafted or st.forced:  # a grammar's own drafts, apart from the drafter's
+            row("grammar", f"{st.grammar_accepted}/{st.grammar_drafted}", f"{st.forced} forced")
         row("tok/call", f"{st.mean_accepted_per_call:.2f}", f"{st.target_calls} calls")
         if m.speculative:
             row("γ/round", f"{st.drafted / st.rounds:.1f}" if st.rounds else "–", "drafted")
