@@ -45,4 +45,4 @@ class RpcWorkerLost(BackendError):
 
 
 class CatalogError(EdgespecError):
-    """The model catalog (edgespec/modelstore/catalog.toml or $EDGESPEC_CATALOG) is malformed."""
+    """The model catalog (models/catalog.toml or $EDGESPEC_CATALOG) is malformed."""

@@ -1,4 +1,4 @@
-"""The catalog data model (edgespec/catalog.py), the shipped edgespec/modelstore/catalog.toml, and
+"""The catalog data model (edgespec/catalog.py), the shipped models/catalog.toml, and
 the GGUF metadata reader (edgespec/gguf_meta.py)."""
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def test_shipped_catalog_is_valid_and_complete() -> None:
 def test_catalog_is_package_data() -> None:
     from importlib.resources import files
 
-    assert "[models." in files("edgespec.modelstore").joinpath("catalog.toml").read_text()
+    assert "[models." in files("edgespec.models").joinpath("catalog.toml").read_text()
 
 
 def test_env_catalog_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,7 +1,8 @@
 """The model catalog: named GGUF models, where to fetch them, and named draft/target pairs.
 
-The data lives in ``catalog.toml`` beside this module (package data);
-``$EDGESPEC_CATALOG`` points at another file instead. This
+The data lives in the repository's ``models/catalog.toml``, installed as package data
+of edgespec (``edgespec.models``, see pyproject.toml); ``$EDGESPEC_CATALOG`` points at
+another file instead. This
 module only parses and validates it; fetching is :mod:`edgespec.modelstore.fetch`.
 """
 
@@ -62,7 +63,7 @@ Source = HubSource | PypiSource
 
 @dataclass(frozen=True)
 class CatalogModel:
-    """One named model file and its sources (the fields: edgespec/modelstore/catalog.toml)."""
+    """One named model file and its sources (the fields: models/catalog.toml)."""
 
     name: str
     family: str
@@ -184,11 +185,19 @@ def load_catalog(path: str | os.PathLike[str] | None = None) -> Catalog:
     return _load_file(Path(path))
 
 
+#: the package the shipped catalog is data of: the repository's models/ folder
+CATALOG_PACKAGE = "edgespec.models"
+
+
 @functools.lru_cache(maxsize=1)
 def _shipped_catalog() -> Catalog:
     from importlib.resources import files
 
-    resource = files(__package__).joinpath("catalog.toml")
+    try:
+        resource: Any = files(CATALOG_PACKAGE).joinpath("catalog.toml")
+    except ModuleNotFoundError:  # a source tree on sys.path, or an editable install made
+        # before models/ moved: the checkout's own models/ folder
+        resource = Path(__file__).resolve().parents[2] / "models" / "catalog.toml"
     try:
         text = resource.read_text(encoding="utf-8")
     except OSError as exc:

