@@ -29,8 +29,9 @@ from ..completion.session import (
 )
 from ..context_overflow import ERROR, check_mode
 from ..errors import InvalidParameterError, RpcWorkerLost
+from ..grammar.tools import special_tokens, tool_grammar
+from ..tools import ToolError
 from ..tools.formats import GENERIC, detect
-from ..tools.grammar import tool_grammar
 from .errors import ApiError, bad_request, from_exception
 from .extras import detokenize, props, tokenize
 from .fields import parse_json
@@ -46,6 +47,7 @@ from .requests import (
 )
 from .responses import InfillFormat, OpenAIFormat, ResponseFormat
 from .slots import DEFAULT_MAX_QUEUE, Scheduler
+from .tool_fields import tool_error
 from .transport import JsonHandler
 
 DEFAULT_MAX_BODY = 4 * 1024 * 1024
@@ -288,7 +290,11 @@ class Handler(JsonHandler):
         fmt = detect(s.chat_format.template)
         opts, tools = call.opts, None
         if call.tools is not None:
-            opts = dataclasses.replace(opts, grammar=tool_grammar(call.tools, fmt))
+            try:
+                grammar = tool_grammar(call.tools, fmt, special_tokens(s.target, fmt))
+            except ToolError as e:
+                raise tool_error(e, legacy=call.legacy) from None
+            opts = dataclasses.replace(opts, grammar=grammar)
             if fmt != GENERIC:  # the template renders the tools itself
                 tools = [t.openai() for t in call.tools.offered()]
         self._generate(
@@ -302,6 +308,7 @@ class Handler(JsonHandler):
                 include_usage=opts.include_usage,
                 logprobs=opts.logprobs is not None,
                 tools=None if call.tools is None else (call.tools, fmt),
+                legacy=call.legacy,
             ),
         )
 

@@ -23,7 +23,7 @@ from ..tools import ToolRequest
 from .errors import bad_request
 from .fields import Fields
 from .sampling_fields import parse_grammar, parse_logprobs, parse_penalties, parse_samplers
-from .tool_fields import parse_tool_request, tool_calls_of, tool_result_of
+from .tool_fields import legacy_functions, parse_tool_request, tool_calls_of, tool_result_of
 from .unsupported import refuse_unsupported
 
 UNLIMITED = 1 << 30  # max_tokens meaning "up to the context"; the session caps it
@@ -64,6 +64,7 @@ class ChatCall:
     opts: Options
     messages: list[dict[str, Any]]
     tools: ToolRequest | None = None  # tools the model may (or must) call
+    legacy: bool = False  # the tools came as functions: the reply's call is function_call
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,8 @@ def parse_completions(data: dict[str, Any], default_max_lines: int | None) -> Co
 
 
 def parse_chat(data: dict[str, Any]) -> ChatCall:
-    """Check a /v1/chat/completions body."""
+    """Check a /v1/chat/completions body (legacy ``functions`` read as ``tools``)."""
+    data, legacy = legacy_functions(data)
     f = Fields(data)
     max_tokens = f.checked("max_completion_tokens", None, check_max_tokens)
     if max_tokens is None:
@@ -184,14 +186,14 @@ def parse_chat(data: dict[str, Any]) -> ChatCall:
             message["tool_calls"] = tool_calls_of(m, f"messages[{i}]", calls)
         message["content"] = _content(mf, m.get("content"))
         out.append(message)
-    tools = parse_tool_request(data)
+    tools = parse_tool_request(data, legacy=legacy)
     opts = _options(f, max_tokens, "chat")
     if tools is not None and opts.grammar is not None:
         raise bad_request(
             "'tools' cannot be combined with a grammar, json_schema or response_format",
             param="tools",
         )
-    return ChatCall(opts, out, tools)
+    return ChatCall(opts, out, tools, legacy)
 
 
 def _content(mf: Fields, content: Any) -> str:

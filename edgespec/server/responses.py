@@ -17,7 +17,7 @@ from .. import __version__
 from ..completion.session import CompletionResult, CompletionSession
 from ..events import Stats
 from ..tools import ToolCall, ToolRequest
-from ..tools.formats import parse_reply
+from ..tools.stream import CallStream, read_reply
 from .logprobs import Pieces, content, legacy
 
 #: What OpenAI's ``system_fingerprint`` says (llama-server sends its build): this build.
@@ -137,10 +137,13 @@ class OpenAIFormat:
         logprobs: bool = False,
         text_offset: int = 0,
         tools: tuple[ToolRequest, str] | None = None,
+        legacy: bool = False,
     ) -> None:
         self.session = session
         self.tools = tools  # the request's tools and the model's call format: replies parsed
-        self._held: list[str] = []  # a tool request's streamed text, held until it is read
+        # a tool request's stream: content and calls as the reply is read
+        self._stream = None if tools is None else CallStream(tools[1], tools[0].offered())
+        self.legacy = legacy  # the request used functions: the reply's call is function_call
         self.logprobs = logprobs  # the choice carries logprobs (a stream's: its last chunk)
         self.text_offset = text_offset  # a text completion's first text_offset
         self.prompt_tokens = 0
@@ -196,13 +199,16 @@ class OpenAIFormat:
         if self.chat:
             content, calls = self._reply(result.text)
             message: dict[str, Any] = {"role": "assistant", "content": content}
-            if calls:
+            if calls and self.legacy:
+                fn = calls[0].openai()["function"]
+                message["function_call"] = {"name": fn["name"], "arguments": fn["arguments"]}
+            elif calls:
                 message["tool_calls"] = [c.openai() for c in calls]
             choice = {
                 "index": 0,
                 "message": message,
                 "logprobs": None,
-                "finish_reason": "tool_calls" if calls else outcome.finish_reason,
+                "finish_reason": self._finish(outcome, called=bool(calls)),
             }
         else:
             choice = self._choice(result.text, outcome.finish_reason)
@@ -223,34 +229,32 @@ class OpenAIFormat:
         if self.tools is None:
             return text, []
         request, fmt = self.tools
-        return parse_reply(text, fmt, request.offered())
+        calls = read_reply(text, fmt, request.offered())
+        return calls if not self.legacy else (calls[0], calls[1][:1])
+
+    def _finish(self, outcome: Outcome, *, called: bool) -> str:
+        """finish_reason: a call's ("tool_calls", "function_call" for functions) unless
+        a limit cut the reply (its calls then are what was written of them)."""
+        if not called or outcome.finish_reason == "length":
+            return outcome.finish_reason
+        return "function_call" if self.legacy else "tool_calls"
 
     def chunk(self, text: str) -> dict[str, Any] | None:
-        """A streamed piece of text (None: held back, since a reply that may call a
-        tool is sent once it is read, as content or as tool-call deltas)."""
-        if self.tools is not None:
-            self._held.append(text)
-            return None
+        """A streamed piece of text (None: nothing to send for it yet; with tools the
+        reply is read as it comes, and content and a call's arguments sent in pieces)."""
+        if self._stream is not None:
+            return self._tool_chunk(self._stream.push(text))
         obj = "chat.completion.chunk" if self.chat else "text_completion"
         return self._envelope(obj, [self._choice(text, None)])
 
-    def _held_chunks(self) -> tuple[list[dict[str, Any]], bool]:
-        """The held reply as chunks (content, or one tool-call delta per call), and
-        whether it called a tool."""
-        if self.tools is None:
-            return [], False
-        content, calls = self._reply("".join(self._held))
-        obj = "chat.completion.chunk"
-        if not calls:
-            return ([self._envelope(obj, [self._choice(content, None)])] if content else []), False
-        out = []
-        if content:
-            out.append(self._envelope(obj, [self._choice(content, None)]))
-        for i, call in enumerate(calls):
-            choice = self._choice(None, None)
-            choice["delta"] = {"tool_calls": [call.openai(index=i)]}
-            out.append(self._envelope(obj, [choice]))
-        return out, True
+    def _tool_chunk(self, deltas: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """One chunk of deltas from the call stream (None: none)."""
+        delta = merge_deltas(deltas, legacy=self.legacy)
+        if not delta:
+            return None
+        choice = self._choice(None, None)
+        choice["delta"] = delta
+        return self._envelope("chat.completion.chunk", [choice])
 
     def last_chunks(self, outcome: Outcome) -> list[dict[str, Any] | str]:
         """The finish_reason chunk (with timings), the usage chunk if asked, and [DONE].
@@ -262,8 +266,12 @@ class OpenAIFormat:
         """
         result = outcome.result
         obj = "chat.completion.chunk" if self.chat else "text_completion"
-        held, called = self._held_chunks()
-        choice = self._choice(None, "tool_calls" if called else outcome.finish_reason)
+        held: list[dict[str, Any]] = []
+        called = False
+        if self._stream is not None:
+            rest = self._tool_chunk(self._stream.finish())
+            held, called = [rest] if rest else [], self._stream.called
+        choice = self._choice(None, self._finish(outcome, called=called))
         choice["logprobs"] = self._logprobs(outcome)
         last = self._envelope(obj, [choice])
         if not self.chat:
@@ -276,6 +284,30 @@ class OpenAIFormat:
             out.append(u)
         out.append("[DONE]")
         return out
+
+
+def merge_deltas(deltas: list[dict[str, Any]], *, legacy: bool = False) -> dict[str, Any]:
+    """CallStream's deltas as one delta: the content joined, each call's entries as
+    one (its first carries id, type and name); legacy: the first call as OpenAI's old
+    ``function_call`` (name, then arguments in pieces)."""
+    out: dict[str, Any] = {}
+    calls: dict[int, dict[str, Any]] = {}
+    for d in deltas:
+        if "content" in d:
+            out["content"] = out.get("content", "") + d["content"]
+        for entry in d.get("tool_calls", ()):
+            have = calls.get(entry["index"])
+            if have is None:
+                calls[entry["index"]] = {**entry, "function": dict(entry["function"])}
+            else:
+                fn = have["function"]
+                fn["arguments"] = fn.get("arguments", "") + entry["function"]["arguments"]
+    if legacy:
+        if 0 in calls:
+            out["function_call"] = calls[0]["function"]
+    elif calls:
+        out["tool_calls"] = [calls[i] for i in sorted(calls)]
+    return out
 
 
 _STOP_TYPE = {

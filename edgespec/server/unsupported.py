@@ -79,7 +79,7 @@ NEUTRAL: dict[str, Neutral] = {
 
 
 #: what /v1/chat/completions implements (edgespec/tools): refused on the other endpoints
-CHAT_ONLY = ("tools", "tool_choice", "parallel_tool_calls")
+CHAT_ONLY = ("tools", "tool_choice", "parallel_tool_calls", "functions", "function_call")
 
 
 def refuse_unsupported(body: Mapping[str, Any], *, chat: bool = False) -> None:

@@ -6,11 +6,12 @@ may (``auto``) or must not (``none``). The format a model calls tools in comes f
 its chat template (``formats.detect``: Hermes/Qwen ``<tool_call>``, Llama 3.x JSON,
 Mistral ``[TOOL_CALLS]``, or edgespec's generic JSON for a template that knows no
 tools); the template renders the tools and earlier calls itself where it can, and
-the generic form puts them in a system message. Where the model must call, or picks
-between text and a call in the generic form, a grammar built from the tools' JSON
-schemas constrains the output (``grammar.tool_grammar``), so that even a small
-model's call parses and matches its schema; speculation stays exact under it like
-under any grammar. The reply is read back into calls by ``formats.parse_reply``.
+the generic form puts them in a system message. A grammar built from the tools' JSON
+schemas constrains the output (``edgespec.grammar.tools.tool_grammar``; with ``auto``
+and a native format only from the format's trigger on), so that even a small model's
+call parses and matches its schema; speculation stays exact under it like under any
+grammar. The reply is read back into calls by ``formats.parse_reply`` (and, streamed,
+by ``stream.CallStream``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class Tool:
     name: str
     description: str
     parameters: dict[str, Any]
+    strict: bool = False  # function.strict: a keyword the grammar cannot enforce is a 400
 
     def openai(self) -> dict[str, Any]:
         """The definition in OpenAI's shape, as chat templates expect it."""
@@ -134,7 +136,10 @@ def _tool(entry: Any, where: str) -> Tool:
         json.dumps(params)
     except (TypeError, ValueError):
         raise ToolError(f"'{where}.function.parameters' is not JSON") from None
-    return Tool(name, description, params)
+    strict = fn.get("strict")
+    if strict is not None and not isinstance(strict, bool):
+        raise ToolError(f"'{where}.function.strict' must be true or false")
+    return Tool(name, description, params, bool(strict))
 
 
 def _choice(value: Any, tools: list[Tool]) -> ToolChoice:

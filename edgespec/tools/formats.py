@@ -150,12 +150,15 @@ def parse_reply(text: str, fmt: str, tools: Sequence[Tool]) -> tuple[str | None,
                 pos = m.end()
         content = "".join(parts) + text[pos:] if found else text
     elif fmt == MISTRAL:
-        body = text.strip().removeprefix("[TOOL_CALLS]").strip()
-        value = _json(body) if body.startswith("[") else None
+        before, marker, body = text.partition("[TOOL_CALLS]")
+        if not marker:  # the marker is a control token, left out of the text
+            at = re.search(r'\[\s*\{\s*"', text)
+            before, body = (text[: at.start()], text[at.start() :]) if at else (text, "")
+        value = _json(body.strip()) if body.strip().startswith("[") else None
         if isinstance(value, list):
             calls = [_call(v, "arguments", names) for v in value]
             if calls and all(c is not None for c in calls):
-                found, content = calls, ""  # type: ignore[assignment]
+                found, content = calls, before  # type: ignore[assignment]
     elif fmt == LLAMA3:
         body = text.strip().removeprefix("<|python_tag|>").strip()
         call = _call(_json(body), "parameters", names) or _call(_json(body), "arguments", names)
@@ -171,11 +174,27 @@ def parse_reply(text: str, fmt: str, tools: Sequence[Tool]) -> tuple[str | None,
                 calls = [_call(v, "arguments", names) for v in entries]
                 if calls and all(c is not None for c in calls):
                     found, content = calls, ""  # type: ignore[assignment]
-    calls = [
-        ToolCall(new_call_id(), name, json.dumps(args, ensure_ascii=False)) for name, args in found
-    ]
+    raw = _raw_arguments(text, fmt, tools, found)
+    calls = [ToolCall(new_call_id(), name, args) for name, args in raw]
     content = content.strip()
     return (content or None) if calls else text, calls
+
+
+def _raw_arguments(
+    text: str, fmt: str, tools: Sequence[Tool], found: list[tuple[str, Any]]
+) -> list[tuple[str, str]]:
+    """Each call's arguments as the model wrote them (what a stream sent), where they
+    are that object; else the object as JSON."""
+    from .stream import read_partial  # (it reads replies with this module's formats)
+
+    written = [c for c in read_partial(text, fmt, tools).calls if c.done]
+    out = []
+    for i, (name, args) in enumerate(found):
+        if i < len(written) and written[i].name == name and _json(written[i].arguments) == args:
+            out.append((name, written[i].arguments))
+        else:
+            out.append((name, json.dumps(args, ensure_ascii=False)))
+    return out
 
 
 def _json(text: str) -> Any:
