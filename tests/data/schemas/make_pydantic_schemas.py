@@ -22,7 +22,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, HttpUrl, StringConstraints
 
 
-class Priority(str, enum.Enum):
+class Priority(enum.StrEnum):
     low = "low"
     medium = "medium"
     high = "high"
