@@ -118,7 +118,8 @@ def test_a_rollback_deeper_than_the_last_batch_gives_the_logits_of_a_fresh_cache
     gemma.decode(tokens, logits="none")
     before = gemma.redecodes
     got = _next_logits(gemma, tokens[: keep + 1])
-    assert gemma.redecodes - before == rebuilt
+    # (a llama.cpp without the ring patch keeps every position: nothing to rebuild)
+    assert gemma.redecodes - before == (rebuilt if gemma.swa_cache == "ring" else 0)
     fresh.reset()
     np.testing.assert_array_equal(got, _next_logits(fresh, tokens[: keep + 1]))
 

@@ -9,11 +9,18 @@ import random
 import numpy as np
 import pytest
 
-from edgespec.backend import LlamaModel
+from edgespec.backend import SWA_RING, LlamaModel
 from edgespec.backend.checkpoints import MAX_CHECKPOINTS
 from edgespec.engine import generate
 
-pytestmark = pytest.mark.real_model
+pytestmark = [
+    pytest.mark.real_model,
+    pytest.mark.skipif(
+        not SWA_RING,
+        reason="this llama.cpp lacks edgespec's ring patch: a full-size window cache, "
+        "no checkpoints (tests/test_stock_llama.py covers it)",
+    ),
+]
 
 N_CTX = 3072
 PROMPT = 1200  # the prefill that takes the checkpoint

@@ -6,7 +6,7 @@ Only ``bindings`` imports ``llama_cpp``; it sets the kernel mode first.
 from __future__ import annotations
 
 from ..files import check_gguf_file
-from .bindings import json_schema_to_gbnf, ll
+from .bindings import SWA_RING, json_schema_to_gbnf, ll
 from .grammar_matcher import GrammarMatcher
 from .heap import limit_arenas, trim_heap
 from .kernels import FAST_KERNELS, cpu_has_amx, default_threads
@@ -44,6 +44,7 @@ __all__ = [
     "QUANT_TYPES",
     "RPC_DEFAULT_PORT",
     "RPC_UNAVAILABLE",
+    "SWA_RING",
     "DeviceInfo",
     "FimTokens",
     "GrammarMatcher",

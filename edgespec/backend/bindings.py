@@ -5,19 +5,58 @@ One seam for two reasons. The kernel mode must be in the environment before
 llama.cpp's shared library loads, so this module imports ``kernels`` first, whatever
 part of edgespec loads the backend first. And upgrading llama-cpp-python touches one
 file: its public ctypes bindings (``ll``), the ggml library handle it loaded (which
-the RPC and abort functions live in, not declared by llama-cpp-python), and its
-JSON-schema-to-GBNF converter.
+the RPC and abort functions live in, not declared by llama-cpp-python), its
+JSON-schema-to-GBNF converter, and whether the llama.cpp it loaded carries edgespec's
+sliding-window ring patch (``SWA_RING``).
 """
 
 from __future__ import annotations
 
 import ctypes
+import importlib
 
 from .kernels import FAST_KERNELS  # isort: skip  (sets GGML_CPU_TILED_MM before the load)
 
 import llama_cpp as ll  # noqa: E402
 
-__all__ = ["FAST_KERNELS", "ll", "libggml", "json_schema_to_gbnf"]
+__all__ = [
+    "FAST_KERNELS",
+    "SWA_RING",
+    "ll",
+    "libggml",
+    "json_schema_to_gbnf",
+    "swa_ring",
+    "swa_ring_revision",
+]
+
+
+def swa_ring_revision() -> int:
+    """The revision of edgespec's sliding-window ring patch in the loaded llama.cpp, 0 if
+    it has none (a stock llama-cpp-python: pip's wheel, a CUDA or Metal build).
+
+    scripts/patches/llama-kv-swa-ring.patch exports ``llama_edgespec_swa_ring()`` beside
+    the ring itself. Looking the symbol up costs nothing at load, where a behavioural
+    probe would need a sliding-window model and a rollback across a thousand-cell ring.
+    """
+    lib = getattr(importlib.import_module("llama_cpp.llama_cpp"), "_lib", None)  # its CDLL
+    try:
+        marker = lib.llama_edgespec_swa_ring  # type: ignore[union-attr]
+    except AttributeError:  # no such symbol (or no library handle): not patched
+        return 0
+    marker.argtypes = []
+    marker.restype = ctypes.c_int
+    return int(marker())
+
+
+#: The loaded llama.cpp places sliding-window cells as a ring (edgespec's patch): a
+#: window-sized sliding-window cache is then exact across rollbacks. Without it
+#: LlamaModel keeps the full-size sliding-window cache (exact, more memory).
+SWA_RING = swa_ring_revision() >= 1
+
+
+def swa_ring() -> bool:
+    """``SWA_RING``, asked at each model load (a test can pretend a stock build)."""
+    return SWA_RING
 
 
 def libggml() -> ctypes.CDLL:

@@ -97,9 +97,11 @@ class WindowCheckpoints:
 
 
 def window_checkpoints(model: object, seq_id: int) -> WindowCheckpoints | None:
-    """Checkpoints for sequence ``seq_id`` of a LlamaModel, or None: no window layers, or
-    RPC workers (each copy would cross the network)."""
-    if model.n_swa <= 0 or model.rpc:  # type: ignore[attr-defined]
+    """Checkpoints for sequence ``seq_id`` of a LlamaModel, or None: no window layers, a
+    full-size window cache (a llama.cpp without the ring patch: every position kept, so
+    nothing to restore), or RPC workers (each copy would cross the network)."""
+    ring = getattr(model, "swa_cache", "ring") == "ring"
+    if model.n_swa <= 0 or model.rpc or not ring:  # type: ignore[attr-defined]
         return None
     return WindowCheckpoints(model._ctx, model._mem, seq_id, model.n_swa)  # type: ignore[attr-defined]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,7 +21,7 @@ import numpy as np
 from ..errors import BackendError, ModelLoadError, RpcWorkerLost
 from ..files import check_gguf_file
 from ..prefix import ReusesPrefix
-from .bindings import ll
+from .bindings import ll, swa_ring
 from .checkpoints import is_prefill, window_checkpoints
 from .compute import ComputeThread, local_compute
 from .grammar_matcher import GrammarMatcher, matcher_for
@@ -38,6 +39,21 @@ DEFAULT_CTX = 4096
 MAX_SEQ = 64  # sequences one context may hold (llama.cpp's LLAMA_MAX_SEQ is 256)
 DEFAULT_BATCH = 512
 GGML_TYPE_BF16, GGML_TYPE_F16 = 30, 1
+
+
+_said_full_swa_cache = False
+
+
+def _say_full_swa_cache_once() -> None:
+    """Warn once per process that a sliding-window model keeps its full-size cache."""
+    global _said_full_swa_cache
+    if not _said_full_swa_cache:
+        _said_full_swa_cache = True
+        logging.getLogger("edgespec").warning(
+            "edgespec: this llama-cpp-python lacks edgespec's sliding-window ring patch "
+            "(scripts/bootstrap.sh applies it): sliding-window layers keep a full-size "
+            "cache, exact but using more memory"
+        )
 
 
 class LlamaModel(ReusesPrefix):
@@ -118,8 +134,12 @@ class LlamaModel(ReusesPrefix):
         # Sliding-window layers keep llama.cpp's ring of n_swa + n_ubatch cells. Exact
         # after a rollback only with edgespec's patch (scripts/patches/llama-kv-swa-ring.patch):
         # position p goes to cell p mod size, so a rolled-back position is decoded again
-        # into its own cell and attention sums the window in plain decoding's order.
-        cparams.swa_full = False
+        # into its own cell and attention sums the window in plain decoding's order. A
+        # llama.cpp without it (a stock llama-cpp-python) keeps the full-size cache,
+        # where every position has its own cell (exact, more memory); fast mode is not
+        # bit-exact anyway and keeps the ring.
+        swa_full = not FAST_KERNELS and not swa_ring()
+        cparams.swa_full = swa_full
         cparams.no_perf = True
         if not FAST_KERNELS and (n_gpu_layers == 0 or self.rpc):  # (CPU workers)
             cparams.type_k, cparams.type_v = GGML_TYPE_BF16, GGML_TYPE_F16  # see FAST_KERNELS
@@ -131,6 +151,11 @@ class LlamaModel(ReusesPrefix):
         self._ctx = ctx
         self._mem = ll.llama_get_memory(ctx)
         self.n_swa = ll.llama_model_n_swa(model)  # > 0: a ring that holds the window
+        #: the sliding-window layers' cache: "ring" (window-sized), "full" (every
+        #: position: a llama.cpp without edgespec's ring patch), "none" (no such layers)
+        self.swa_cache = "none" if self.n_swa <= 0 else "full" if swa_full else "ring"
+        if self.swa_cache == "full":
+            _say_full_swa_cache_once()
         self.n_ctx = ll.llama_n_ctx_seq(ctx)  # what one sequence holds
         self.n_seq = n_seq
         # llama.cpp caps the batch at the context size: chunk by what it enforces

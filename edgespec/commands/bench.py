@@ -257,6 +257,7 @@ def _report(setup: BenchSetup, workloads: list[Workload]) -> dict:
     import shlex
 
     from .. import __version__
+    from ..backend import SWA_RING
     from ..bench.report import build_report
     from ..bench.runner import run_bench
 
@@ -264,6 +265,9 @@ def _report(setup: BenchSetup, workloads: list[Workload]) -> dict:
     argv = sys.argv[1:]
     meta = {
         "edgespec_version": __version__,
+        # llama.cpp with edgespec's ring patch: a window-sized sliding-window cache (else
+        # the full-size one, which costs more at depth)
+        "llama_cpp_swa_ring": SWA_RING,
         "command": shlex.join(["edgespec", *argv]) if argv[:1] == ["bench"] else None,
         "reps": setup.reps,
         "max_tokens": setup.max_tokens,

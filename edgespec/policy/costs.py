@@ -95,6 +95,8 @@ def machine_key(model: LlamaModel, max_k: int) -> str:
         f"max_k={max_k}",
         f"curve=v{CURVE_VERSION}",
     ]
+    if getattr(model, "swa_cache", None) == "full":  # no ring patch: costs more at depth
+        parts.append("swa_cache=full")
     if getattr(model, "rpc", ()):  # layers on RPC workers: their machines and the network
         parts.append(f"rpc={','.join(model.rpc)}")
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:24]
