@@ -50,6 +50,7 @@ STRING: /"(\\([\"\\\/bfnrt]|u[a-fA-F0-9]{4})|[^\"\\\x00-\x1F\x7F])*"/
 
 
 _COMMA = 'WS? "," WS?'
+_specials: dict[tuple[str, str], dict[str, int]] = {}  # special_tokens' answers
 
 
 class _Vocabulary(Protocol):
@@ -65,7 +66,10 @@ class _Vocabulary(Protocol):
 def special_tokens(model: _Vocabulary, fmt: str) -> dict[str, int]:
     """The format's markers that model's vocabulary holds as a control token: text ->
     id. Such a token is not its text to the grammar engine, so the grammar names it
-    by id; a marker missing here is matched as text."""
+    by id; a marker missing here is matched as text. Kept per model file and format."""
+    key = (str(getattr(model, "path", "")), fmt)
+    if key[0] and key in _specials:
+        return dict(_specials[key])
     out: dict[str, int] = {}
     for text in MARKERS.get(fmt, ()):
         ids = model.tokenize(text, add_special=False, parse_special=True)
@@ -77,6 +81,8 @@ def special_tokens(model: _Vocabulary, fmt: str) -> dict[str, int]:
                 out[text] = ids[0]  # the text's grammar does not admit the token
         finally:
             matcher.close()
+    if key[0]:
+        _specials[key] = dict(out)
     return out
 
 

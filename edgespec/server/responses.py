@@ -229,8 +229,8 @@ class OpenAIFormat:
         if self.tools is None:
             return text, []
         request, fmt = self.tools
-        calls = read_reply(text, fmt, request.offered())
-        return calls if not self.legacy else (calls[0], calls[1][:1])
+        content, calls = read_reply(text, fmt, request.offered())
+        return content, calls[:1] if self.legacy else calls  # functions: one call
 
     def _finish(self, outcome: Outcome, *, called: bool) -> str:
         """finish_reason: a call's ("tool_calls", "function_call" for functions) unless

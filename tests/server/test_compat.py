@@ -237,7 +237,6 @@ def test_neutral_values_of_unimplemented_fields_are_accepted(fim_server: Running
 
 
 UNIMPLEMENTED = [
-    ("functions", [{"name": "f", "parameters": {}}]),  # the legacy form of tools
     ("logit_bias", {"42": 3}),
     ("typical_p", 0.5),
 ]
