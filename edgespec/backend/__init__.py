@@ -10,13 +10,7 @@ from .bindings import SWA_RING, json_schema_to_gbnf, ll
 from .grammar_matcher import GrammarMatcher
 from .heap import limit_arenas, trim_heap
 from .kernels import FAST_KERNELS, cpu_has_amx, default_threads
-from .model import (
-    DEFAULT_BATCH,
-    DEFAULT_CTX,
-    FimTokens,
-    LlamaModel,
-    VocabInfo,
-)
+from .model import DEFAULT_BATCH, DEFAULT_CTX, LlamaModel
 from .quantize import QUANT_TYPES, model_description, quant_type, quantize_model
 from .rpc import (
     RPC_DEFAULT_PORT,
@@ -35,6 +29,7 @@ from .rpc import (
     worker_devices,
 )
 from .rpc_watch import DEFAULT_RPC_TIMEOUT_S, check_rpc_timeout
+from .vocab import FimTokens, VocabInfo
 
 __all__ = [
     "DEFAULT_BATCH",

@@ -164,6 +164,9 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidParameterError(
             f"cannot listen on {args.host}:{args.port}: {e.strerror or e}"
         ) from None
+    # the grammar tokenizer (seconds on a large vocabulary) is built beside the first
+    # requests, not in the first constrained one (which waits for it if it comes first)
+    threading.Thread(target=session.target.prepare_grammar, daemon=True).start()
     host, port = server.server_address[:2]
     fim = "fill-in-the-middle" if session.has_fim else "no FIM tokens: prefix-only completion"
     chat = "its chat template" if session.chat_template else "no chat template: ChatML fallback"
