@@ -28,6 +28,18 @@ FAST_KERNELS = os.environ.get("EDGESPEC_FAST_KERNELS", "") == "1"
 if not FAST_KERNELS:
     os.environ.setdefault("GGML_CPU_TILED_MM", "0")
 
+# A good neighbour. llama.cpp's CPU threads meet at an OpenMP barrier after every
+# operation of a graph (hundreds a token), and libgomp lets a waiting thread spin
+# ~300,000 times before it sleeps. On a machine where another process holds a core,
+# the thread being waited for has lost its core and the spinner burns its own time
+# slice waiting: two threads decoded Gemma 3 270M at 197 ms/token beside a busy
+# machine's other work, against 79 ms/token when waiting threads sleep at once (and
+# 82 with one thread). So waiting threads sleep (OMP_WAIT_POLICY=passive) unless the
+# user chose a wait policy or a spin count; docs/benchmarks.md, "A busy machine",
+# has what it costs on a quiet one.
+if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+    os.environ["OMP_WAIT_POLICY"] = "passive"
+
 
 def cpu_has_amx() -> bool:
     """Whether this CPU has AMX (where llama.cpp's weight repacking crashes, see above)."""
