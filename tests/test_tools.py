@@ -614,6 +614,8 @@ def test_streamed_text_is_sent_as_it_comes() -> None:
         ('{"response": "Hello wor', "Hello wor", []),
         ('{"response": "Tab\\', "Tab", []),
         ('{"resp', None, []),
+        ("\n", None, []),
+        ('\n {"response": "Hi', "Hi", []),
         ('{"tool_call": {"name": "read_file", "arguments": {"pa', None, [("read_file", '{"pa')]),
         ('{"tool_call": {"na', None, []),
     ],

@@ -184,7 +184,8 @@ def read_partial(text: str, fmt: str, tools: Sequence[Tool]) -> Partial:
 def _generic(text: str, names: set[str]) -> Partial:
     m = re.compile(r'\s*\{\s*"(response|tool_call|tool_calls)"\s*:\s*').match(text)
     if m is None:  # the wrapper's opening, not content (the grammar makes every reply JSON)
-        return Partial() if text.lstrip().startswith("{") else Partial(text)
+        opening = text.lstrip()
+        return Partial() if not opening or opening.startswith("{") else Partial(text)
     pos = m.end()
     if m[1] == "response":
         if pos < len(text) and text[pos] == '"':
