@@ -16,8 +16,8 @@ after any rollback, at more memory. Checked three ways:
   the sdist's hash), loaded in a subprocess with ``LLAMA_CPP_LIB_PATH``: the same checks,
   plus the control that the window-sized cache there is *not* exact.
 
-The unpatched build (llama-cpp-python's own CMake, without llava: ~10 minutes on two
-quiet cores) is made by this test only where ``CI`` or ``EDGESPEC_BUILD_STOCK_LLAMA=1`` is
+The unpatched build (pip's own build of the sdist, without llava: 10-20 minutes on two
+cores) is made by this test only where ``CI`` or ``EDGESPEC_BUILD_STOCK_LLAMA=1`` is
 set, or by ``.venv/bin/python tests/test_stock_llama.py``; elsewhere the real-library
 test is skipped unless the cache holds one. ``EDGESPEC_STOCK_LLAMA_LIB=DIR`` points it
 at any unpatched ``llama_cpp/lib`` folder instead (a stock llama-cpp-python's).
@@ -210,7 +210,7 @@ def build_stock_llama(log=print) -> Path:
     lib = cache / "lib"
     if (lib / LIB).is_file():
         return lib
-    log(f"building an unpatched {SDISTS[0].name} into {cache} (about 10 minutes)")
+    log(f"building an unpatched {SDISTS[0].name} into {cache} (10-20 minutes)")
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         env = {**os.environ, "CMAKE_ARGS": "-DLLAVA_BUILD=OFF"}
