@@ -552,8 +552,8 @@ STREAMED = {
     MISTRAL: 'Sure.[TOOL_CALLS][{"name": "read_file", "arguments": {"path": "/x"}}, '
              '{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "c"}}]',
     LLAMA3: '<|python_tag|>{"name": "read_file", "parameters": {"path": "/x y"}}',
-    GENERIC: '{"tool_calls": [{"name": "read_file", "arguments": {"path": "/x"}}, '
-             '{"name": "get_weather", "arguments": {"city": "Oslo", "unit": "c"}}]}',
+    GENERIC: '{"tool_calls": [{"name": "read_file", "arguments": {"path":"/x"}}, '
+             '{"name": "get_weather", "arguments": {\n "city": "Oslo", "unit": "c"}}]}',
 }  # fmt: skip
 
 
@@ -563,8 +563,8 @@ def _stream(fmt: str, text: str, step: int) -> list[dict]:
     stream = CallStream(fmt, _request("auto", True).offered())
     deltas = []
     for i in range(0, len(text), step):
-        deltas.append(stream.push(text[i : i + step]))
-    deltas.append(stream.finish())
+        deltas.append(stream.pieces(text[i : i + step]))
+    deltas.append(stream.rest())
     return [d for ds in deltas for d in ds]
 
 
@@ -574,9 +574,14 @@ def test_streamed_arguments_add_up_to_the_final_ones(fmt: str, step: int) -> Non
     """Deltas in OpenAI's shape: per call a first one with index, id, type, name and
     empty arguments, then argument fragments as they come; joined, each call's equal
     the unstreamed reply's arguments."""
+    from edgespec.tools.stream import read_reply
+
     text = STREAMED[fmt]
     deltas = _stream(fmt, text, step)
-    content, calls = parse_reply(text, fmt, _request("auto", True).offered())
+    content, calls = read_reply(text, fmt, _request("auto", True).offered())
+    assert [json.loads(c.arguments) for c in calls] == [
+        json.loads(c.arguments) for c in parse_reply(text, fmt, _request("auto", True).offered())[1]
+    ]
     got: dict[int, dict] = {}
     for d in deltas:
         for entry in d.get("tool_calls", ()):

@@ -142,7 +142,7 @@ class OpenAIFormat:
         self.session = session
         self.tools = tools  # the request's tools and the model's call format: replies parsed
         # a tool request's stream: content and calls as the reply is read
-        self._stream = None if tools is None else CallStream(tools[1], tools[0].offered())
+        self._stream = None if tools is None else CallStream(tools[1], tools[0].offered(), legacy)
         self.legacy = legacy  # the request used functions: the reply's call is function_call
         self.logprobs = logprobs  # the choice carries logprobs (a stream's: its last chunk)
         self.text_offset = text_offset  # a text completion's first text_offset
@@ -247,14 +247,10 @@ class OpenAIFormat:
         obj = "chat.completion.chunk" if self.chat else "text_completion"
         return self._envelope(obj, [self._choice(text, None)])
 
-    def _tool_chunk(self, deltas: list[dict[str, Any]]) -> dict[str, Any] | None:
-        """One chunk of deltas from the call stream (None: none)."""
-        delta = merge_deltas(deltas, legacy=self.legacy)
-        if not delta:
-            return None
-        choice = self._choice(None, None)
-        choice["delta"] = delta
-        return self._envelope("chat.completion.chunk", [choice])
+    def _tool_chunk(self, delta: dict[str, Any]) -> dict[str, Any] | None:
+        """A chunk of the call stream's delta (None: an empty one)."""
+        choice = {**self._choice(None, None), "delta": delta}
+        return self._envelope("chat.completion.chunk", [choice]) if delta else None
 
     def last_chunks(self, outcome: Outcome) -> list[dict[str, Any] | str]:
         """The finish_reason chunk (with timings), the usage chunk if asked, and [DONE].
@@ -266,11 +262,8 @@ class OpenAIFormat:
         """
         result = outcome.result
         obj = "chat.completion.chunk" if self.chat else "text_completion"
-        held: list[dict[str, Any]] = []
-        called = False
-        if self._stream is not None:
-            rest = self._tool_chunk(self._stream.finish())
-            held, called = [rest] if rest else [], self._stream.called
+        rest = None if self._stream is None else self._tool_chunk(self._stream.finish())
+        held, called = [rest] if rest else [], self._stream is not None and self._stream.called
         choice = self._choice(None, self._finish(outcome, called=called))
         choice["logprobs"] = self._logprobs(outcome)
         last = self._envelope(obj, [choice])
@@ -284,30 +277,6 @@ class OpenAIFormat:
             out.append(u)
         out.append("[DONE]")
         return out
-
-
-def merge_deltas(deltas: list[dict[str, Any]], *, legacy: bool = False) -> dict[str, Any]:
-    """CallStream's deltas as one delta: the content joined, each call's entries as
-    one (its first carries id, type and name); legacy: the first call as OpenAI's old
-    ``function_call`` (name, then arguments in pieces)."""
-    out: dict[str, Any] = {}
-    calls: dict[int, dict[str, Any]] = {}
-    for d in deltas:
-        if "content" in d:
-            out["content"] = out.get("content", "") + d["content"]
-        for entry in d.get("tool_calls", ()):
-            have = calls.get(entry["index"])
-            if have is None:
-                calls[entry["index"]] = {**entry, "function": dict(entry["function"])}
-            else:
-                fn = have["function"]
-                fn["arguments"] = fn.get("arguments", "") + entry["function"]["arguments"]
-    if legacy:
-        if 0 in calls:
-            out["function_call"] = calls[0]["function"]
-    elif calls:
-        out["tool_calls"] = [calls[i] for i in sorted(calls)]
-    return out
 
 
 _STOP_TYPE = {

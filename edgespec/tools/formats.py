@@ -174,27 +174,11 @@ def parse_reply(text: str, fmt: str, tools: Sequence[Tool]) -> tuple[str | None,
                 calls = [_call(v, "arguments", names) for v in entries]
                 if calls and all(c is not None for c in calls):
                     found, content = calls, ""  # type: ignore[assignment]
-    raw = _raw_arguments(text, fmt, tools, found)
-    calls = [ToolCall(new_call_id(), name, args) for name, args in raw]
+    calls = [
+        ToolCall(new_call_id(), name, json.dumps(args, ensure_ascii=False)) for name, args in found
+    ]
     content = content.strip()
     return (content or None) if calls else text, calls
-
-
-def _raw_arguments(
-    text: str, fmt: str, tools: Sequence[Tool], found: list[tuple[str, Any]]
-) -> list[tuple[str, str]]:
-    """Each call's arguments as the model wrote them (what a stream sent), where they
-    are that object; else the object as JSON."""
-    from .stream import read_partial  # (it reads replies with this module's formats)
-
-    written = [c for c in read_partial(text, fmt, tools).calls if c.done]
-    out = []
-    for i, (name, args) in enumerate(found):
-        if i < len(written) and written[i].name == name and _json(written[i].arguments) == args:
-            out.append((name, written[i].arguments))
-        else:
-            out.append((name, json.dumps(args, ensure_ascii=False)))
-    return out
 
 
 def _json(text: str) -> Any:

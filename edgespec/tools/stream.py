@@ -198,16 +198,31 @@ def _generic(text: str, names: set[str]) -> Partial:
 
 
 def read_reply(text: str, fmt: str, tools: Sequence[Tool]) -> tuple[str | None, list[ToolCall]]:
-    """(content, calls) of a whole reply: ``formats.parse_reply``'s; where that finds
-    no call in a reply that was cut or left unfinished, what ``read_partial`` reads
-    (the calls begun, with their arguments so far; the generic answer's text so far),
-    so that edgespec's own wrapper never shows as content."""
+    """(content, calls) of a whole reply: ``formats.parse_reply``'s, each call's
+    arguments as the model wrote them (what a stream sent) where they are that object;
+    where it finds no call in a reply that was cut or left unfinished, what
+    ``read_partial`` reads (the calls begun, with their arguments so far; the generic
+    answer's text so far), so that edgespec's own wrapper never shows as content."""
     content, calls = parse_reply(text, fmt, tools)
-    if calls or fmt != GENERIC or _whole_json(text):
+    if calls:
+        written = [c for c in read_partial(text, fmt, tools).calls if c.done]
+        return content, [_as_written(c, written[i] if i < len(written) else None)
+                         for i, c in enumerate(calls)]  # fmt: skip
+    if fmt != GENERIC or _whole_json(text):
         return content, calls
     partial = read_partial(text, fmt, tools)
     calls = [ToolCall(new_call_id(), c.name, c.arguments) for c in partial.calls]
     return partial.content or None, calls
+
+
+def _as_written(call: ToolCall, written: PartialCall | None) -> ToolCall:
+    if written is None or written.name != call.name:
+        return call
+    try:
+        same = json.loads(written.arguments) == json.loads(call.arguments)
+    except ValueError:
+        return call
+    return ToolCall(call.id, call.name, written.arguments) if same else call
 
 
 def _whole_json(text: str) -> bool:
@@ -223,8 +238,8 @@ class CallStream:
     module docstring). ``push`` takes a piece of text and gives the deltas it makes
     sendable; ``finish`` the rest, reconciled with the whole reply's reading."""
 
-    def __init__(self, fmt: str, tools: Sequence[Tool]) -> None:
-        self.fmt, self.tools = fmt, tools
+    def __init__(self, fmt: str, tools: Sequence[Tool], legacy: bool = False) -> None:
+        self.fmt, self.tools, self.legacy = fmt, tools, legacy
         self.text = ""
         self.content = ""  # content sent so far
         self.sent: list[tuple[str, str, str]] = []  # (id, name, arguments sent so far)
@@ -234,14 +249,23 @@ class CallStream:
         """Whether a call has been sent."""
         return bool(self.sent)
 
-    def push(self, piece: str) -> list[dict[str, Any]]:
-        """The deltas (``choices[0].delta`` bodies) that piece makes sendable."""
+    def push(self, piece: str) -> dict[str, Any]:
+        """The delta (a ``choices[0].delta`` body; empty: nothing) piece makes sendable."""
+        return merge_deltas(self.pieces(piece), legacy=self.legacy)
+
+    def finish(self) -> dict[str, Any]:
+        """The delta left once the reply ended (as ``read_reply`` reads it whole)."""
+        return merge_deltas(self.rest(), legacy=self.legacy)
+
+    def pieces(self, piece: str) -> list[dict[str, Any]]:
+        """``push``'s delta unmerged: a content piece, a call's first entry, a piece
+        of its arguments each."""
         self.text += piece
         partial = read_partial(self.text, self.fmt, self.tools)
         return self._deltas(partial.content, [(c.name, c.arguments) for c in partial.calls])
 
-    def finish(self) -> list[dict[str, Any]]:
-        """The deltas left once the reply ended (as ``read_reply`` reads it whole)."""
+    def rest(self) -> list[dict[str, Any]]:
+        """``finish``'s delta unmerged."""
         content, calls = read_reply(self.text, self.fmt, self.tools)
         if not calls and self.sent:  # read as calls while streamed, not as a whole
             return []
@@ -269,3 +293,27 @@ class CallStream:
             self.sent[i] = (call_id, name, args)
             out.append({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
         return out
+
+
+def merge_deltas(deltas: list[dict[str, Any]], *, legacy: bool = False) -> dict[str, Any]:
+    """CallStream's deltas as one delta: the content joined, each call's entries as
+    one (its first carries id, type and name); legacy: the first call as OpenAI's old
+    ``function_call`` (name, then arguments in pieces)."""
+    out: dict[str, Any] = {}
+    calls: dict[int, dict[str, Any]] = {}
+    for d in deltas:
+        if "content" in d:
+            out["content"] = out.get("content", "") + d["content"]
+        for entry in d.get("tool_calls", ()):
+            have = calls.get(entry["index"])
+            if have is None:
+                calls[entry["index"]] = {**entry, "function": dict(entry["function"])}
+            else:
+                fn = have["function"]
+                fn["arguments"] = fn.get("arguments", "") + entry["function"]["arguments"]
+    if legacy:
+        if 0 in calls:
+            out["function_call"] = calls[0]["function"]
+    elif calls:
+        out["tool_calls"] = [calls[i] for i in sorted(calls)]
+    return out
