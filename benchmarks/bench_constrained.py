@@ -139,6 +139,19 @@ def run_arm(target: LlamaModel, arm: str, prompt: str, grammar: Grammar, max_tok
     return time.perf_counter() - t0, done
 
 
+def mask_times(target: LlamaModel, grammar: Grammar, tokens: list[int]) -> list[float]:
+    """Milliseconds of each full-vocabulary mask along an output (a fresh state each)."""
+    matcher, out = target.grammar(grammar.spec), []
+    for tok in tokens:
+        t0 = time.perf_counter()
+        matcher.mask()
+        out.append(1e3 * (time.perf_counter() - t0))
+        if target.is_eog(tok):
+            break
+        matcher.accept(tok)
+    return out
+
+
 def _summary(xs: list[float]) -> dict[str, float]:
     return {"median": round(statistics.median(xs), 3), "min": round(min(xs), 3),
             "max": round(max(xs), 3), "n": len(xs)}  # fmt: skip
@@ -156,6 +169,13 @@ def main() -> None:
     args = ap.parse_args()
     target = LlamaModel(str(resolve_model(args.model)), n_ctx=2048, n_threads=args.threads)
     load_or_measure(target)  # the verify-cost curve, measured now if not cached
+    t0 = time.perf_counter()
+    target.prepare_grammar()
+    first = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    target.prepare_grammar()
+    print(f"grammar tokenizer: {first:.2f} s to build, {time.perf_counter() - t0:.4f} s again")
+    masks: list[float] = []
     report: dict[str, Any] = {"model": args.model, "threads": args.threads, "reps": args.reps,
                               "split": args.split, "kinds": {}}  # fmt: skip
     for kind in args.kinds.split(","):
@@ -177,6 +197,8 @@ def main() -> None:
                     stats[arm][1] += s.target_calls
                     stats[arm][2] += s.forced
                     stats[arm][3] += s.accepted + s.grammar_accepted
+                if rep == 0:
+                    masks += mask_times(target, g, list(done["plain"].tokens))
                 for arm in ("grammar", "auto", "auto-nogd"):
                     identical &= done[arm].tokens == done["plain"].tokens
                     ratios[arm].append(took["plain"] / took[arm])
@@ -200,6 +222,11 @@ def main() -> None:
                           f"[{r[a + '_speedup']['min']:.3f}, {r[a + '_speedup']['max']:.3f}]"
                           for a in ("grammar", "auto", "auto-nogd"))
               + f"; identical {identical}", flush=True)  # fmt: skip
+    report["mask_ms"] = {"median": round(statistics.median(masks), 4),
+                         "max": round(max(masks), 3), "n": len(masks)}  # fmt: skip
+    report["tokenizer_s"] = {"first": round(first, 3)}
+    print(f"mask: median {report['mask_ms']['median']} ms, max {report['mask_ms']['max']} ms "
+          f"over {len(masks)} states ({target.n_vocab} tokens)")
     target.close()
     if args.json:
         with open(args.json, "a") as f:
