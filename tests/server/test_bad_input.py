@@ -167,7 +167,7 @@ BAD = [
             "messages": U,
             "response_format": {
                 "type": "json_schema",
-                "json_schema": {"name": "n", "schema": {"type": "integer", "minimum": 0}},
+                "json_schema": {"name": "n", "schema": {"type": "integer", "not": {"const": 0}}},
             },
         },
         400,
