@@ -424,3 +424,16 @@ def test_tokens_named_by_text_are_checked_against_the_model(models) -> None:
     with pytest.raises(GrammarError) as err:
         Grammar.from_gbnf('root ::= "a" <|end|>')
     assert "\n" not in str(err.value)
+
+
+def test_a_model_loaded_again_keeps_its_grammars(synthetic_models) -> None:
+    """The grammar tokenizer is kept per model file for the process and calls llama.cpp's
+    tokenize on a vocabulary of its own: closing the model it was first built for and
+    loading the file again must not leave it a freed vocabulary."""
+    grammar = Grammar.from_json_schema(RECORD)
+    runs = []
+    for _ in range(3):
+        with LlamaModel(synthetic_models["target"], n_ctx=256, n_threads=1) as target:
+            runs.append(generate(target, "{", max_tokens=60, gamma=0, grammar=grammar,
+                                 grammar_drafts=True).tokens)  # fmt: skip
+    assert runs[0] == runs[1] == runs[2]

@@ -154,3 +154,18 @@ def test_strings_never_hold_a_raw_control_character(real_model_paths) -> None:
     assert not ok[0] and not ok[1] and ok[2]
     with pytest.raises(ValueError):
         json.loads('{"a": "x\ny"}')
+
+
+def test_all_of_parts_stay_open() -> None:
+    """allOf adds up its parts' properties: a part (or what it refers to) is not closed."""
+    schema = {
+        "definitions": {"base": {"type": "object", "properties": {"a": {"type": "string"}},
+                                 "required": ["a"]}},
+        "allOf": [{"$ref": "#/definitions/base"},
+                  {"properties": {"b": {"type": "integer"}}, "required": ["b"]}],
+    }  # fmt: skip
+    prepared, _ = prepare(schema, strict=True)
+    assert "additionalProperties" not in prepared["definitions"]["base"]
+    Grammar.from_json_schema(schema)
+    closed, _ = prepare({"type": "object", "properties": {"a": {}}}, strict=True)
+    assert closed["additionalProperties"] is False

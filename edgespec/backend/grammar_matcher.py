@@ -24,7 +24,8 @@ from .bindings import ll
 #: a grammar then admits it only where it names it (``<|end|>``)
 _SPECIAL = b"\xff"
 _lock = threading.Lock()
-_tokenizers: dict[str, llguidance.LLTokenizer] = {}
+_tokenizers: dict[str, tuple[llguidance.LLTokenizer, int]] = {}
+_vocab_models: list[object] = []  # the vocabulary-only loads the tokenizers call into
 
 
 class GrammarMatcher:
@@ -88,29 +89,48 @@ def grammar_error(spec: str) -> str | None:
     return (messages[0] if messages else "rejected") if is_error else None
 
 
-def matcher_for(vocab: object, key: str, spec: str) -> GrammarMatcher:
-    """A grammar's start state over a vocabulary (ValueError, one line, if refused)."""
-    tok = tokenizer_for(vocab, key)
+def matcher_for(path: Path, spec: str) -> GrammarMatcher:
+    """A grammar's start state over a model file's vocabulary (ValueError, one line,
+    if refused)."""
+    tok, n_vocab = tokenizer_for(path)
     m = llguidance.LLMatcher(tok, spec, log_level=0)
     if m.is_error():
         raise ValueError(" ".join(m.get_error().split())[:300])
-    return GrammarMatcher(m, ll.llama_vocab_n_tokens(vocab))
+    return GrammarMatcher(m, n_vocab)
 
 
-def tokenizer_for(vocab: object, key: str) -> llguidance.LLTokenizer:
-    """llguidance's tokenizer for a vocabulary, built once per process (key: the model
-    file's identity) from token bytes cached on disk after the first build. Every
-    end-of-generation token ends a grammar's text."""
+def tokenizer_for(path: Path) -> tuple[llguidance.LLTokenizer, int]:
+    """llguidance's tokenizer for a model file's vocabulary, and its size: built once per
+    process from token bytes cached on disk after the first build. Every
+    end-of-generation token ends a grammar's text.
+
+    The tokenizer calls llama.cpp's tokenize on a vocabulary for the text a grammar
+    forces, so it holds a vocabulary-only load of the file of its own, kept for the
+    process: a model closed and loaded again leaves it nothing dangling."""
+    stat = path.stat()
+    key = f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
     with _lock:
-        tok = _tokenizers.get(key)
-        if tok is None:
+        entry = _tokenizers.get(key)
+        if entry is None:
+            vocab = _vocab_only(path)
             tokens, eog = _cached_vocab(vocab, key)
             fptr = ctypes.cast(ll.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
             tok = llguidance.LLTokenizer.from_llamacpp(
                 tokens=tokens, vocab_ptr=vocab, tokenize_fptr=fptr, eos_token=eog, slices=None
             )
-            _tokenizers[key] = tok
-        return tok
+            entry = _tokenizers[key] = (tok, ll.llama_vocab_n_tokens(vocab))
+        return entry
+
+
+def _vocab_only(path: Path) -> object:
+    """The vocabulary of a vocabulary-only load of path, never freed (one per file)."""
+    params = ll.llama_model_default_params()
+    params.vocab_only = True
+    model = ll.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        raise ValueError(f"cannot read the vocabulary of {path.name}")
+    _vocab_models.append(model)
+    return ll.llama_model_get_vocab(model)
 
 
 def _cached_vocab(vocab: object, key: str) -> tuple[list[bytes], list[int]]:

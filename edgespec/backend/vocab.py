@@ -119,13 +119,9 @@ class Vocabulary:
     def grammar(self, spec: str) -> GrammarMatcher:
         """An llguidance grammar's start state over this model's vocabulary (ValueError,
         one line, if refused: a special token the vocabulary lacks, say)."""
-        return matcher_for(self._vocab, self._vocab_key(), spec)
+        return matcher_for(self.path, spec)
 
     def prepare_grammar(self) -> None:
         """Build the vocabulary's grammar tokenizer now (a few seconds, once per process)
         rather than in the first constrained generation: a server starts it in a thread."""
-        tokenizer_for(self._vocab, self._vocab_key())
-
-    def _vocab_key(self) -> str:
-        stat = self.path.stat()
-        return f"{self.path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+        tokenizer_for(self.path)

@@ -57,8 +57,14 @@ def prepare(schema: dict[str, Any], *, strict: bool) -> tuple[dict[str, Any], di
     schema asserts and llguidance cannot enforce.
     """
     out = json.loads(json.dumps(schema))  # a copy, and plain JSON types
-    for where, sub in list(_subschemas(out, "")):
-        _close_object(sub, where)
+    subs = list(_subschemas(out, ""))
+    # parts of an allOf add up properties: neither they nor what they refer to are closed
+    in_all_of = {w for w, _ in subs if "/allOf/" in f"{w}/"}
+    in_all_of |= {sub["$ref"][1:] for w, sub in subs
+                  if w in in_all_of and isinstance(sub.get("$ref"), str)}  # fmt: skip
+    for where, sub in subs:
+        if where not in in_all_of:
+            _close_object(sub)
         _drop_annotation_formats(sub, where, strict=strict)
         _rewrite_unique_enum(sub)
         if sub.get("uniqueItems") is False:
@@ -105,12 +111,17 @@ def _pointer(where: str) -> str:
     return f"#{where}" if where else "#"
 
 
-def _close_object(sub: dict[str, Any], where: str) -> None:
+def _close_object(sub: dict[str, Any]) -> None:
     """An object with named properties and nothing said of others gets no others: every
     output still validates (extra keys are merely allowed), and a small model's output
-    ends instead of inventing keys. Not inside allOf, whose parts add up properties."""
-    if "/allOf/" in f"{where}/" or "allOf" in sub or not isinstance(sub.get("properties"), dict):
+    ends instead of inventing keys. Not where ``required`` names a key ``properties``
+    does not describe, nor with an allOf (whose parts add up properties)."""
+    props = sub.get("properties")
+    if "allOf" in sub or not isinstance(props, dict):
         return
+    required = sub.get("required")
+    if isinstance(required, list) and not set(map(str, required)) <= set(props):
+        return  # a required key it does not describe: any value, so others stay open
     if not {"additionalProperties", "patternProperties", "unevaluatedProperties"} & sub.keys():
         sub["additionalProperties"] = False
 
