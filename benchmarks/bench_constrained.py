@@ -92,22 +92,19 @@ ASKS = [
 ]
 
 
-def _record_text(p: tuple) -> str:
-    return json.dumps(dict(zip(KEYS, p, strict=True)))
-
-
 def workloads() -> dict[str, list[tuple[str, dict[str, Any]]]]:
     """kind -> [(prompt, schema)]."""
-    example = "Example:\n" + _record_text(PEOPLE[-1]) + "\n\n"
+    # no example record in the prompt: a base model would copy it into "invented" values
     invented = [
-        (example + f"Invent a new member of the club who is a {p[2]} from {p[3]}. "
-         f"Their record as JSON:\n", RECORD)
+        (f"The club's members, one JSON record each (name, age, job, city, email, active, "
+         f"tier, visits, hobby). Invent a new member who is a {p[2]} from {p[3]}:\n", RECORD)
         for p in PEOPLE[:-1]
     ]  # fmt: skip
     copied = [
-        (example + f"{p[0]} is a {p[1]}-year-old {p[2]} living in {p[3]} (email {p[4]}). "
+        (f"{p[0]} is a {p[1]}-year-old {p[2]} living in {p[3]} (email {p[4]}). "
          f"Membership {'active' if p[5] else 'lapsed'}, tier {p[6]}, {p[7]} visits so far; "
-         f"loves {p[8]}.\nTheir record as JSON:\n", RECORD)
+         f"loves {p[8]}.\nTheir record as JSON (name, age, job, city, email, active, tier, "
+         f"visits, hobby):\n", RECORD)
         for p in PEOPLE[:-1]
     ]  # fmt: skip
     tools = "Tools: " + json.dumps({k: v["properties"] for k, v in TOOLS.items()})

@@ -55,7 +55,7 @@ class GrammarMatcher:
         if self._mask is None:
             self._m.unsafe_compute_mask_ptr(self._words.ctypes.data, self._words.nbytes)
             bits = np.unpackbits(self._words.view(np.uint8), bitorder="little")
-            self._mask = bits[: self.n_vocab].astype(bool)
+            self._mask = bits[: self.n_vocab].view(bool)
             self._mask.flags.writeable = False
         return self._mask
 

@@ -30,15 +30,15 @@ if not FAST_KERNELS:
 
 # A good neighbour. llama.cpp's CPU threads meet at an OpenMP barrier after every
 # operation of a graph (hundreds a token), and libgomp lets a waiting thread spin
-# ~300,000 times before it sleeps. On a machine where another process holds a core,
-# the thread being waited for has lost its core and the spinner burns its own time
-# slice waiting: two threads decoded Gemma 3 270M at 197 ms/token beside a busy
-# machine's other work, against 79 ms/token when waiting threads sleep at once (and
-# 82 with one thread). So waiting threads sleep (OMP_WAIT_POLICY=passive) unless the
-# user chose a wait policy or a spin count; docs/benchmarks.md, "A busy machine",
-# has what it costs on a quiet one.
+# 300,000 times before it sleeps. Where another process holds a core, the thread being
+# waited for has lost it and the spinner burns its own time slice waiting: Gemma 3 270M
+# on 2 threads fell from 43.7 tok/s to 4.5 beside one busy core. Sleeping at once
+# (OMP_WAIT_POLICY=passive) kept 21 tok/s there but cost 39% on a quiet machine; a
+# spin of 3,000 costs nothing quiet (45.3 tok/s) and keeps 20.5 beside a busy core,
+# 15.4 each for two processes at once (benchmarks/bench_neighbour.py; docs/benchmarks.md,
+# "A busy machine"). The user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT wins.
 if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
-    os.environ["OMP_WAIT_POLICY"] = "passive"
+    os.environ["GOMP_SPINCOUNT"] = "3000"
 
 
 def cpu_has_amx() -> bool:
