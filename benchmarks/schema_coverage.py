@@ -262,11 +262,14 @@ def run_model(
         else:
             message = body["choices"][0]["message"]
             row["auto_leaked"] = _leaks(message.get("content"))
-            row["auto_finish"] = body["choices"][0]["finish_reason"]
+            row["auto_finish"] = finish = body["choices"][0]["finish_reason"]
             for call in message.get("tool_calls") or []:
+                # a call cut at --auto-max-tokens comes back with the arguments so far
+                # and finish_reason "length", as OpenAI's: not a finished output
                 row["tool_outputs"].append(
-                    check_output(call["function"]["arguments"], "stop", schema)
-                )
+                    check_output(call["function"]["arguments"],
+                                 "length" if finish == "length" else "stop", schema)
+                )  # fmt: skip
         results[entry["name"]] = row
         done = [o for o in row["outputs"] + row["tool_outputs"] if o["finished"]]
         bad = sum(not o["valid"] for o in done)
