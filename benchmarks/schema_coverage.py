@@ -263,13 +263,9 @@ def run_model(
             message = body["choices"][0]["message"]
             row["auto_leaked"] = _leaks(message.get("content"))
             row["auto_finish"] = finish = body["choices"][0]["finish_reason"]
-            for call in message.get("tool_calls") or []:
-                # a call cut at --auto-max-tokens comes back with the arguments so far
-                # and finish_reason "length", as OpenAI's: not a finished output
-                row["tool_outputs"].append(
-                    check_output(call["function"]["arguments"],
-                                 "length" if finish == "length" else "stop", schema)
-                )  # fmt: skip
+            for call in message.get("tool_calls") or []:  # (a cut call: finish "length")
+                cut = "length" if finish == "length" else "stop"
+                row["tool_outputs"].append(check_output(call["function"]["arguments"], cut, schema))
         results[entry["name"]] = row
         done = [o for o in row["outputs"] + row["tool_outputs"] if o["finished"]]
         bad = sum(not o["valid"] for o in done)
