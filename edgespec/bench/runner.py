@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..backend import DEFAULT_CTX, LlamaModel, cpu_has_amx
-from ..chat_template import ChatFormat
+from ..chat_template import CHATML, ChatFormat
 from ..drafting import Drafter, build_drafter
 from ..engine import generate, stream_generate
 from ..errors import InvalidParameterError
@@ -232,13 +232,18 @@ def check_setup(setup: BenchSetup) -> None:
 
 
 def render_workload(target: LlamaModel, w: Workload) -> Workload:
-    """w with its prompt as every run gets it: a chat workload's prompt as one user turn in
-    the target's chat template (as is without one), so that edgespec, llama.cpp's binaries
-    and the prompt-token counts all see the same text."""
+    """w with its prompt as every run gets it: a chat workload's prompt as one user turn (or
+    its messages, the assistant's turn begun) in the target's chat template (as is without
+    one; messages get ChatML, as llama-server gives such a model), so that edgespec,
+    llama.cpp's binaries and the prompt-token counts all see the same text."""
     template = target.chat_template() if w.chat else None
+    if w.messages and not template:
+        template = CHATML
     if not template:
         return w
-    messages = [{"role": "user", "content": w.prompt}]
+    messages = [{"role": r, "content": c} for r, c in w.messages] or [
+        {"role": "user", "content": w.prompt}
+    ]
     prompt = ChatFormat.of(target, template).render(messages)
     return replace(w, prompt=prompt, chat=False)
 

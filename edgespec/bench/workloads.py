@@ -4,7 +4,9 @@ A workload file has ``name``, ``description``, ``temperature``, ``max_tokens``,
 optionally ``chat`` (wrap the prompt in the model's chat template; default false,
 since the default target is a base model), optionally ``kind`` (what sort of task it
 is, e.g. ``edit`` or ``quote``: the corpus report groups by it; default "") and
-``prompt``, written as a plain completion.
+``prompt``, written as a plain completion, or instead ``[[messages]]`` (each a
+``role``, system, user or assistant, and a ``content``: a conversation, rendered in
+the target's chat template with the assistant's turn begun; needs ``chat = true``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from ..errors import InvalidParameterError
 from ..params import check_max_tokens
 
 WORKLOAD_DIR = "workloads"
+ROLES = ("system", "user", "assistant")
 _KIND = re.compile(r"[a-z0-9][a-z0-9_-]*")
 
 
@@ -34,6 +37,7 @@ class Workload:
     max_tokens: int = 256
     chat: bool = False
     kind: str = ""
+    messages: tuple[tuple[str, str], ...] = ()  # (role, content): a conversation
 
     @property
     def greedy(self) -> bool:
@@ -48,7 +52,8 @@ def parse_workload(text: str, *, default_name: str = "") -> Workload:
     except tomllib.TOMLDecodeError as e:
         raise InvalidParameterError(f"bad workload file {default_name!r}: {e}") from None
     name = str(data.get("name", default_name))
-    prompt = data.get("prompt")
+    messages = _messages(data.get("messages"), name or default_name)
+    prompt = data.get("prompt", _plain_text(messages) if messages else None)
     if not name or not isinstance(prompt, str) or not prompt:
         raise InvalidParameterError(f"workload {name or default_name!r} needs a name and a prompt")
     temperature = data.get("temperature", 0.0)
@@ -61,6 +66,8 @@ def parse_workload(text: str, *, default_name: str = "") -> Workload:
     check_max_tokens(max_tokens, minimum=1, name=f"{bad} max_tokens")
     if not isinstance(chat, bool):
         raise InvalidParameterError(f"{bad} chat must be true or false, got {chat!r}")
+    if messages and not chat:
+        raise InvalidParameterError(f"{bad} messages need chat = true")
     if not isinstance(kind, str) or (kind and not _KIND.fullmatch(kind)):
         raise InvalidParameterError(
             f"{bad} kind must be a lower-case word (letters, digits, - or _), got {kind!r}"
@@ -73,7 +80,31 @@ def parse_workload(text: str, *, default_name: str = "") -> Workload:
         max_tokens=max_tokens,
         chat=chat,
         kind=kind,
+        messages=messages,
     )
+
+
+def _messages(value: object, name: str) -> tuple[tuple[str, str], ...]:
+    """A workload's ``[[messages]]`` as (role, content) pairs; () when there are none."""
+    if value is None:
+        return ()
+    bad = f"bad field in workload {name!r}: messages"
+    if not isinstance(value, list) or not value:
+        raise InvalidParameterError(f"{bad} must be a non-empty array of tables")
+    out = []
+    for m in value:
+        if not isinstance(m, dict) or m.get("role") not in ROLES:
+            raise InvalidParameterError(f"{bad}: each needs a role, one of {', '.join(ROLES)}")
+        if not isinstance(m.get("content"), str):
+            raise InvalidParameterError(f"{bad}: each needs a content string")
+        out.append((m["role"], m["content"]))
+    return tuple(out)
+
+
+def _plain_text(messages: tuple[tuple[str, str], ...]) -> str:
+    """A conversation as plain text (for a target without a chat template)."""
+    turns = [f"{role.capitalize()}: {content}" for role, content in messages]
+    return "\n\n".join([*turns, "Assistant:"])
 
 
 def _is_number(value: object) -> bool:
@@ -90,6 +121,15 @@ def builtin_workloads() -> dict[str, Workload]:
             w = parse_workload(entry.read_text(encoding="utf-8"), default_name=entry.name[:-5])
             out[w.name] = w
     return out
+
+
+def shipped_corpus(name: str) -> Path | None:
+    """The folder of a corpus shipped in edgespec/bench/workloads/ (e.g. ``agent``), None
+    when there is none by that name."""
+    if not _KIND.fullmatch(name):
+        return None
+    folder = Path(str(resources.files("edgespec.bench").joinpath(WORKLOAD_DIR, name)))
+    return folder if folder.is_dir() else None
 
 
 def select_workloads(spec: str | None) -> list[Workload]:

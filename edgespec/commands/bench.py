@@ -61,8 +61,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=Path,
         default=None,
         metavar="DIR",
-        help="run every workload (*.toml) in DIR, as benchmarks/make_corpus.py writes it, and "
-        "report the distributions of the speed-ups per kind (instead of --workloads)",
+        help="run every workload (*.toml) in DIR, as benchmarks/make_corpus.py writes it, or "
+        "a corpus shipped with the bench (agent: agent turns), and report the distributions "
+        "of the speed-ups per kind (instead of --workloads)",
     )
     p.add_argument(
         "--split",
@@ -144,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     from ..bench.corpus import load_corpus
     from ..bench.report import finish, text_report
     from ..bench.runner import BenchSetup
-    from ..bench.workloads import select_workloads
+    from ..bench.workloads import select_workloads, shipped_corpus
 
     if args.from_json is not None:
         return _rerender(args.from_json, args.chart)
@@ -171,6 +172,8 @@ def run(args: argparse.Namespace) -> int:
     if args.corpus is not None and args.workloads is not None:
         raise InvalidParameterError("give --corpus or --workloads, not both")
     if args.corpus is not None:
+        if not args.corpus.exists() and (shipped := shipped_corpus(str(args.corpus))):
+            args.corpus = shipped  # a corpus shipped with the bench, by name
         workloads = load_corpus(args.corpus, args.split)
     else:
         workloads = select_workloads(args.workloads)
