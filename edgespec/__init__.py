@@ -15,10 +15,14 @@ model's chat template. Each is also a method of the pair. The output is exactly 
 target's own. Everything edgespec raises on purpose is an ``EdgespecError`` with a
 one-line message. docs/library.md has the whole tour.
 
+Beyond the pair: the drafters and the adaptive gamma policy (a pair of one's own, a
+policy carried across calls), the completion service and the in-process server, the
+CLI's ``main`` and the options a command plugin shares, the bench's workloads.
+
 Names here are imported on first use, so ``import edgespec`` stays cheap and
-llama.cpp's library loads only when a model does. Modules below ``edgespec`` (other
-than ``edgespec.bench`` and ``edgespec.commands``, see their docstrings) are
-internal and may change.
+llama.cpp's library loads only when a model does. Modules below ``edgespec`` are
+internal and may change: code outside the package (the chat app, the benchmarks)
+uses only these names (tests/test_architecture.py checks it).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from .version import __version__
 
 # public name -> the internal module that defines it
 _EXPORTS: dict[str, str] = {
@@ -89,6 +93,47 @@ _EXPORTS: dict[str, str] = {
     "on_rpc_worker_lost": "backend",
     "stay_up_on_worker_loss": "backend",
     "unanswering_rpc_workers": "backend",
+    # drafters: a pair of one's own (ModelPair(target, drafter)) or a drafter to study
+    "Draft": "drafting",
+    "NgramDrafter": "drafting.ngram",
+    "ModelDrafter": "drafting.model",
+    "LookupHistory": "drafting.history",
+    "build_drafter": "drafting.build",
+    # gamma="auto": the adaptive policy (one can be carried across calls) and the
+    # target's verify-cost curve it plans with
+    "AdaptiveGamma": "policy.adaptive",
+    "make_policy": "planning",
+    "CostCurve": "policy.costs",
+    "load_or_measure": "policy.costs",
+    "measure_curve": "policy.costs",
+    "use_curve": "policy.costs",
+    # the distribution SamplingParams makes of a logit row (what sampling keeps exact)
+    "process_logits": "sampling",
+    "TokenDist": "sampling",
+    # the completion service (editors) and the OpenAI-compatible server, in process
+    "CompletionSession": "completion.session",
+    "CompletionRequest": "completion.session",
+    "CompletionResult": "completion.session",
+    "CodeRules": "completion.session",
+    "DEFAULT_MAX_LINES": "completion.session",
+    "load_session": "completion.session",
+    "EdgespecServer": "server.app",
+    # the CLI, and what a command plugin (entry-point group edgespec.commands) shares
+    "main": "cli",
+    "DEFAULT_TARGET": "commands.options",
+    "DEFAULT_CHAT_TARGET": "commands.options",
+    "add_model_options": "commands.options",
+    "add_sampling_options": "commands.options",
+    "load_options": "commands.options",
+    "sampling_from_args": "commands.options",
+    "one_line": "errors",
+    # edgespec bench's workloads and corpora
+    "Workload": "bench.workloads",
+    "builtin_workloads": "bench.workloads",
+    "parse_workload": "bench.workloads",
+    "render_workload": "bench.runner",
+    "load_corpus": "bench.corpus",
+    "split_of": "bench.corpus",
 }
 
 # explicit, and the same names as the table above (tests/test_library.py)
@@ -145,6 +190,40 @@ __all__ = [
     "on_rpc_worker_lost",
     "stay_up_on_worker_loss",
     "unanswering_rpc_workers",
+    "Draft",
+    "NgramDrafter",
+    "ModelDrafter",
+    "LookupHistory",
+    "build_drafter",
+    "AdaptiveGamma",
+    "make_policy",
+    "CostCurve",
+    "load_or_measure",
+    "measure_curve",
+    "use_curve",
+    "process_logits",
+    "TokenDist",
+    "CompletionSession",
+    "CompletionRequest",
+    "CompletionResult",
+    "CodeRules",
+    "DEFAULT_MAX_LINES",
+    "load_session",
+    "EdgespecServer",
+    "main",
+    "DEFAULT_TARGET",
+    "DEFAULT_CHAT_TARGET",
+    "add_model_options",
+    "add_sampling_options",
+    "load_options",
+    "sampling_from_args",
+    "one_line",
+    "Workload",
+    "builtin_workloads",
+    "parse_workload",
+    "render_workload",
+    "load_corpus",
+    "split_of",
 ]
 
 
@@ -180,10 +259,33 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
         stay_up_on_worker_loss,
         unanswering_rpc_workers,
     )
+    from .bench.corpus import load_corpus, split_of
+    from .bench.runner import render_workload
+    from .bench.workloads import Workload, builtin_workloads, parse_workload
     from .chat_template import ChatFormat, ChatTemplateError
+    from .cli import main
+    from .commands.options import (
+        DEFAULT_CHAT_TARGET,
+        DEFAULT_TARGET,
+        add_model_options,
+        add_sampling_options,
+        load_options,
+        sampling_from_args,
+    )
+    from .completion.session import (
+        DEFAULT_MAX_LINES,
+        CodeRules,
+        CompletionRequest,
+        CompletionResult,
+        CompletionSession,
+        load_session,
+    )
     from .context_overflow import Fit, fit_messages, reply_reserve
-    from .drafting import Drafter
-    from .drafting.build import DraftSpec, parse_draft_spec
+    from .drafting import Draft, Drafter
+    from .drafting.build import DraftSpec, build_drafter, parse_draft_spec
+    from .drafting.history import LookupHistory
+    from .drafting.model import ModelDrafter
+    from .drafting.ngram import NgramDrafter
     from .engine import DEFAULT_GAMMA, DEFAULT_MAX_TOKENS
     from .errors import (
         BackendError,
@@ -195,15 +297,22 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
         ModelFetchError,
         ModelLoadError,
         RpcWorkerLost,
+        one_line,
     )
     from .events import DoneEvent, Event, RoundEvent, Stats, StopReason, TokenEvent, TokenKind
     from .grammar import Grammar, GrammarError
     from .loading import LoadOptions, resolve_model
     from .modelstore.catalog import Catalog, CatalogModel, load_catalog
+    from .planning import make_policy
+    from .policy.adaptive import AdaptiveGamma
+    from .policy.costs import CostCurve, load_or_measure, measure_curve, use_curve
     from .sampling import (
         DEFAULT_MIN_P,
         DEFAULT_TEMPERATURE,
         DEFAULT_TOP_K,
         DEFAULT_TOP_P,
         SamplingParams,
+        TokenDist,
+        process_logits,
     )
+    from .server.app import EdgespecServer

@@ -25,6 +25,7 @@ from .events import DoneEvent, Event
 from .grammar import Grammar
 from .loading import LoadOptions, load_pair, resolve_model
 from .params import check_gamma
+from .policy.adaptive import AdaptiveGamma
 from .sampling import SamplingParams
 
 #: The drafter ``load`` builds unless told otherwise: n-gram prompt lookup, which the
@@ -72,10 +73,11 @@ def stream_generate(
     *,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     sampling: SamplingParams | None = None,
-    gamma: int | str = DEFAULT_GAMMA,
+    gamma: int | str | AdaptiveGamma = DEFAULT_GAMMA,
     seed: int | None = None,
     stop: Sequence[str] = (),
     grammar: Grammar | None = None,
+    grammar_drafts: bool | None = None,
     logprobs: int | None = None,
 ) -> Iterator[Event]:
     """Generate from ``prompt`` (text, tokenized with BOS and special tokens, or token
@@ -87,10 +89,14 @@ def stream_generate(
             stop string, a full context or a grammar's end).
         sampling: temperature, top-k, top-p, min-p and penalties (default: greedy).
         gamma: draft tokens per round, or ``"auto"``: chosen each round from measured
-            costs and acceptance (0 decodes with the target alone).
+            costs and acceptance (0 decodes with the target alone); or an
+            ``AdaptiveGamma`` (``make_policy(pair.target, pair.drafter)``) carried
+            across calls, which keeps what it learned of the acceptance.
         seed: makes a sampled generation repeatable.
         stop: strings that end the generation (not part of the text).
         grammar: constrains the output (``Grammar.from_gbnf`` / ``from_json_schema``).
+        grammar_drafts: draft the text the grammar forces and skip the logits of rows
+            where it admits one token (default: when the pair has a drafter).
         logprobs: n >= 0 puts each token's logprob and its n likeliest alternatives
             on its TokenEvent.
 
@@ -100,16 +106,21 @@ def stream_generate(
     Closing the iterator early leaves the caches holding committed tokens only.
     """
     drafter = pair.drafter
+    if drafter is None:
+        gamma = 0
+    elif not isinstance(gamma, AdaptiveGamma):
+        gamma = check_gamma(gamma)
     events = _engine_stream(
         pair.target,
         prompt,
         drafter=drafter,
         max_tokens=max_tokens,
         sampling=sampling,
-        gamma=check_gamma(gamma) if drafter is not None else 0,
+        gamma=gamma,
         seed=seed,
         stop=stop,
         grammar=grammar,
+        grammar_drafts=grammar_drafts,
         logprobs=logprobs,
     )
     try:
@@ -129,10 +140,11 @@ def generate(
     *,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     sampling: SamplingParams | None = None,
-    gamma: int | str = DEFAULT_GAMMA,
+    gamma: int | str | AdaptiveGamma = DEFAULT_GAMMA,
     seed: int | None = None,
     stop: Sequence[str] = (),
     grammar: Grammar | None = None,
+    grammar_drafts: bool | None = None,
     logprobs: int | None = None,
 ) -> DoneEvent:
     """``stream_generate`` to its end: the final ``DoneEvent`` (``text``, ``tokens``,
@@ -140,7 +152,7 @@ def generate(
     done = None
     for event in stream_generate(
         pair, prompt, max_tokens=max_tokens, sampling=sampling, gamma=gamma, seed=seed,
-        stop=stop, grammar=grammar, logprobs=logprobs,
+        stop=stop, grammar=grammar, grammar_drafts=grammar_drafts, logprobs=logprobs,
     ):  # fmt: skip
         if isinstance(event, DoneEvent):
             done = event
@@ -154,10 +166,11 @@ def stream_chat(
     *,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     sampling: SamplingParams | None = None,
-    gamma: int | str = DEFAULT_GAMMA,
+    gamma: int | str | AdaptiveGamma = DEFAULT_GAMMA,
     seed: int | None = None,
     stop: Sequence[str] = (),
     grammar: Grammar | None = None,
+    grammar_drafts: bool | None = None,
     logprobs: int | None = None,
 ) -> Iterator[Event]:
     """``stream_generate`` of the assistant's next reply to ``messages`` (dicts with
@@ -165,7 +178,8 @@ def stream_chat(
     (``ModelPair.chat_prompt``). Same keyword arguments."""
     return stream_generate(
         pair, pair.chat_prompt(messages), max_tokens=max_tokens, sampling=sampling,
-        gamma=gamma, seed=seed, stop=stop, grammar=grammar, logprobs=logprobs,
+        gamma=gamma, seed=seed, stop=stop, grammar=grammar, grammar_drafts=grammar_drafts,
+        logprobs=logprobs,
     )  # fmt: skip
 
 
@@ -175,17 +189,19 @@ def chat(
     *,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     sampling: SamplingParams | None = None,
-    gamma: int | str = DEFAULT_GAMMA,
+    gamma: int | str | AdaptiveGamma = DEFAULT_GAMMA,
     seed: int | None = None,
     stop: Sequence[str] = (),
     grammar: Grammar | None = None,
+    grammar_drafts: bool | None = None,
     logprobs: int | None = None,
 ) -> DoneEvent:
     """The assistant's next reply to ``messages``, generated to its end: the final
     ``DoneEvent`` (its ``text`` is the reply). Same keyword arguments as generate."""
     return generate(
         pair, pair.chat_prompt(messages), max_tokens=max_tokens, sampling=sampling,
-        gamma=gamma, seed=seed, stop=stop, grammar=grammar, logprobs=logprobs,
+        gamma=gamma, seed=seed, stop=stop, grammar=grammar, grammar_drafts=grammar_drafts,
+        logprobs=logprobs,
     )  # fmt: skip
 
 

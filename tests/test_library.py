@@ -109,7 +109,7 @@ def test_the_pair_drafts_from_its_earlier_generations(target_path: str) -> None:
 
 
 def test_load_options_are_one_object_for_every_front_end() -> None:
-    from edgespec.commands import add_model_options, load_options
+    from edgespec import add_model_options, load_options
 
     p = argparse.ArgumentParser()
     add_model_options(p, rpc=True)
@@ -191,3 +191,27 @@ def test_a_pair_from_loaded_models(target_path: str) -> None:
     with ModelPair(target, None, history=False) as pair:
         assert pair.n_ctx == target.n_ctx and "none" in repr(pair)
         assert isinstance(pair.generate(PROMPT, max_tokens=4), DoneEvent)
+
+
+def test_a_drafter_of_ones_own_and_a_policy_carried_across_calls(target_path: str) -> None:
+    """ModelPair(target, drafter) with a policy made once and passed as gamma to every
+    call (what a benchmark of short requests does): still the target's own output."""
+    target = edgespec.LlamaModel(Path(target_path), n_ctx=256, n_threads=1)
+    with ModelPair(target, edgespec.NgramDrafter(), history=False) as pair:
+        plain = ModelPair(target, None, history=False).generate(PROMPT, max_tokens=24)
+        policy = edgespec.make_policy(pair.target, pair.drafter)
+        assert isinstance(policy, edgespec.AdaptiveGamma)
+        for _ in range(2):
+            done = pair.generate(PROMPT, max_tokens=24, gamma=policy, grammar_drafts=False)
+            assert done.tokens == plain.tokens
+        pair.drafter = edgespec.build_drafter(
+            target, "ngram", resolve=edgespec.resolve_model, n_ctx=target.n_ctx
+        )
+        assert pair.generate(PROMPT, max_tokens=24, gamma=3).tokens == plain.tokens
+
+
+def test_python_dash_m_edgespec_is_the_command() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "edgespec", "--help"], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.startswith("usage: edgespec")

@@ -12,7 +12,7 @@ import contextlib
 import ctypes
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -73,6 +73,11 @@ class LlamaModel(ReusesPrefix, Vocabulary):
             per-sequence KV stream, not a unified cache: see edgespec.backend.parallel);
             with more than one, ``sequence(i)`` gives each its view. The model's own
             decode/truncate then act on sequence 0 unbatched: use the views instead.
+        context_params: llama.cpp ``llama_context_params`` fields set over edgespec's own
+            choices, by name (e.g. ``{"flash_attn_type": 0, "type_k": 1}``): for
+            experiments with llama.cpp's settings. edgespec's choices are the
+            batch-invariant ones; others can make greedy speculative output differ from
+            plain.
     """
 
     def __init__(
@@ -86,6 +91,7 @@ class LlamaModel(ReusesPrefix, Vocabulary):
         rpc: Sequence[str] | None = None,
         rpc_timeout: float = DEFAULT_RPC_TIMEOUT_S,
         n_seq: int = 1,
+        context_params: Mapping[str, int] | None = None,
     ) -> None:
         if isinstance(n_seq, bool) or not isinstance(n_seq, int) or not 1 <= n_seq <= MAX_SEQ:
             raise BackendError(f"n_seq must be a whole number from 1 to {MAX_SEQ}, got {n_seq!r}")
@@ -142,6 +148,12 @@ class LlamaModel(ReusesPrefix, Vocabulary):
         cparams.no_perf = True
         if not FAST_KERNELS and (n_gpu_layers == 0 or self.rpc):  # (CPU workers)
             cparams.type_k, cparams.type_v = GGML_TYPE_BF16, GGML_TYPE_F16  # see FAST_KERNELS
+        fields = {f[0] for f in type(cparams)._fields_}
+        for field, value in (context_params or {}).items():
+            if field not in fields:
+                self.close()
+                raise BackendError(f"no llama.cpp context parameter {field!r}")
+            setattr(cparams, field, value)
         ctx = ll.llama_init_from_model(model, cparams)
         if not ctx:
             reason = _failure_reason("out of memory?")

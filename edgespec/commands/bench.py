@@ -95,7 +95,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--llama-draft-lengths",
         default=None,
-        help=f"draft lengths for llama.cpp's binaries ({DEFAULT_LLAMA_LENGTHS})",
+        help=f"draft lengths for llama-lookup and llama-speculative-simple "
+        f"({DEFAULT_LLAMA_LENGTHS}; none: do not run them)",
+    )
+    p.add_argument(
+        "--llama-server-types",
+        default=None,
+        metavar="TYPES",
+        help="with a llama-server in --llama-cpp-bin: its --spec-type values to run, none "
+        "being its plain decoding (default: none,ngram-simple,ngram-map-k,ngram-map-k4v,"
+        "ngram-mod; also ngram-cache)",
     )
     p.add_argument(
         "--llama-swa",
@@ -140,6 +149,17 @@ def _gammas(text: str) -> list[int | str]:
     return out
 
 
+def _server_types(text: str | None) -> list[str]:
+    from ..bench.llamaserver import DEFAULT_TYPES, parse_types
+
+    if text is None:
+        return [*DEFAULT_TYPES]
+    try:
+        return parse_types(text)
+    except ValueError as e:
+        raise InvalidParameterError(f"--llama-server-types: {e}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the benchmark; print the tables; write JSON and the chart if asked."""
     from ..bench.corpus import load_corpus
@@ -155,19 +175,23 @@ def run(args: argparse.Namespace) -> int:
     if reps < 1:
         raise InvalidParameterError(f"reps must be >= 1, got {reps}")
     gammas = _gammas(args.gammas or quick.get("gammas", DEFAULT_GAMMAS))
-    lengths = _ints(
-        args.llama_draft_lengths or quick.get("llama_draft_lengths", DEFAULT_LLAMA_LENGTHS),
-        "llama draft lengths",
+    lengths_text = args.llama_draft_lengths or quick.get(
+        "llama_draft_lengths", DEFAULT_LLAMA_LENGTHS
     )
+    lengths = [] if lengths_text == "none" else _ints(lengths_text, "llama draft lengths")
+    server_types = _server_types(args.llama_server_types)
     drafters = [d.strip() for d in args.drafters.split(",") if d.strip()]
     if args.llama_cpp_bin is not None:
         from ..bench.llamacpp import LOOKUP, SPECULATIVE, find_binaries
+        from ..bench.llamaserver import SERVER, find_server
 
         if not args.llama_cpp_bin.is_dir():
             raise InvalidParameterError(f"--llama-cpp-bin: no such folder {args.llama_cpp_bin}")
-        if not find_binaries(args.llama_cpp_bin):  # else the run would silently lack them
+        # else the run would silently lack them
+        if not find_binaries(args.llama_cpp_bin) and find_server(args.llama_cpp_bin) is None:
             raise InvalidParameterError(
-                f"--llama-cpp-bin: no executable {LOOKUP} or {SPECULATIVE} in {args.llama_cpp_bin}"
+                f"--llama-cpp-bin: no executable {LOOKUP}, {SPECULATIVE} or {SERVER} in "
+                f"{args.llama_cpp_bin}"
             )
     if args.corpus is not None and args.workloads is not None:
         raise InvalidParameterError("give --corpus or --workloads, not both")
@@ -192,6 +216,7 @@ def run(args: argparse.Namespace) -> int:
         llama_cpp_bin=args.llama_cpp_bin,
         llama_draft_lengths=lengths,
         llama_swa_full=args.llama_swa == "full",
+        llama_server_types=server_types,
         rpc=args.rpc,
     )
     report = _report(setup, workloads)
@@ -259,10 +284,10 @@ def _report(setup: BenchSetup, workloads: list[Workload]) -> dict:
     import resource
     import shlex
 
-    from .. import __version__
     from ..backend import SWA_RING
     from ..bench.report import build_report
     from ..bench.runner import run_bench
+    from ..version import __version__
 
     records, info = run_bench(setup)
     argv = sys.argv[1:]

@@ -133,8 +133,10 @@ def measure_curve(
     """Time decodes of 1..max_k tokens at a fixed depth; the model's cache is left empty.
 
     Each size's fastest repetition counts; sizes between the timed ones are interpolated.
-    No smoothing: a longer batch can cost less (see CALIBRATION_SIZES).
+    No smoothing: a longer batch can cost less (see CALIBRATION_SIZES). max_k is at
+    most the model's n_batch (a verify batch is one llama_decode).
     """
+    max_k = min(max_k, model.n_batch)
     tokens = model.tokenize(FILLER)
     while len(tokens) < CALIBRATION_DEPTH + max_k:
         tokens += tokens

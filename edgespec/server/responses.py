@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .. import __version__
 from ..completion.session import CompletionResult, CompletionSession
 from ..events import Stats
 from ..tools import ToolCall, ToolRequest
 from ..tools.stream import CallStream, read_reply
+from ..version import __version__
 from .logprobs import Pieces, content, legacy
 
 #: What OpenAI's ``system_fingerprint`` says (llama-server sends its build): this build.
