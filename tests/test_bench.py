@@ -753,7 +753,7 @@ def test_bench_bad_options(capsys: pytest.CaptureFixture[str], tmp_path: Path) -
     assert main(["bench", "--llama-cpp-bin", str(tmp_path)]) == 1  # a folder without them
     err = capsys.readouterr().err
     assert "reps must be >= 1" in err and "gamma must be" in err and "no such folder" in err
-    assert "no executable llama-lookup or llama-speculative-simple in" in err
+    assert "no executable llama-lookup, llama-speculative-simple or llama-server in" in err
     assert not os.path.exists(tmp_path / "none")
 
 

@@ -18,6 +18,7 @@ from .stats import (
     summarise,
     verify_ceiling,
 )
+from .vs_server import comparison, comparison_text
 from .workloads import Workload
 
 PLAIN = "plain"
@@ -80,6 +81,7 @@ def finish(report: dict[str, Any]) -> dict[str, Any]:
                 proj["formula"] = None  # the per-round counts alpha needs were not saved
         _compare(w, report["drafters"])
     report["goals"] = check_goals(report.get("workloads", {}))
+    report["vs_llama_server"] = comparison(report)  # None: llama-server did not run
     if report.get("corpus") is not None:  # a --corpus run: the distributions over it
         report["distribution"] = distribution(report)
     return report
@@ -316,4 +318,6 @@ def text_report(report: Mapping[str, Any]) -> str:
     parts += ["", PROJECTION_NOTE, "", goals_table(report)]
     if report.get("distribution"):
         parts += ["", distribution_text(report["distribution"])]
+    if report.get("vs_llama_server"):
+        parts += ["", comparison_text(report["vs_llama_server"], bool(report.get("corpus")))]
     return "\n".join(parts)

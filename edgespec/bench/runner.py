@@ -28,7 +28,7 @@ from ..loading import LoadOptions, load_pair, resolve_model
 from ..planning import make_policy
 from ..policy.costs import load_or_measure
 from ..sampling import SamplingParams
-from . import llamacpp
+from . import llamacpp, llamaserver
 from .memory import peak_rss_mib, reset_peak_rss
 from .stats import RunRecord, ceiling_at
 from .workloads import Workload
@@ -67,6 +67,8 @@ class BenchSetup:
     llama_cpp_bin: Path | None = None
     llama_draft_lengths: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
     llama_swa_full: bool = False  # True: a full-size SWA cache (--swa-full)
+    # llama-server's --spec-type values run (none: its plain decoding)
+    llama_server_types: list[str] = field(default_factory=lambda: [*llamaserver.DEFAULT_TYPES])
     rpc: list[str] | None = None  # the target's layers on these RPC workers
     log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
 
@@ -123,7 +125,8 @@ def short_name(spec: str) -> str:
 
 
 def configs_for(setup: BenchSetup, drafters: dict[str, LoadedDrafter]) -> list[Config]:
-    """Plain, each drafter at each gamma, then llama.cpp's binaries at each draft length."""
+    """Plain, each drafter at each gamma, then llama.cpp's binaries at each draft length and
+    llama-server with each --spec-type."""
     configs = [Config(PLAIN)]
     for name in drafters:
         for g in setup.gammas:
@@ -140,6 +143,9 @@ def configs_for(setup: BenchSetup, drafters: dict[str, LoadedDrafter]) -> list[C
             for n in setup.llama_draft_lengths:
                 label = f"llama-spec {name} n={n}"
                 configs.append(Config(label, llamacpp.SPECULATIVE, str(d.model.path), n))
+        if llamaserver.find_server(setup.llama_cpp_bin) is not None:
+            for t in setup.llama_server_types:
+                configs.append(Config(llamaserver.label(t), llamaserver.SERVER, None, t))
     return configs
 
 
@@ -155,6 +161,9 @@ def run_bench(setup: BenchSetup) -> tuple[Records, dict]:
     for spec in setup.drafters:
         drafters[short_name(spec)] = LoadedDrafter.load(spec, target, setup)
     bins = llamacpp.find_binaries(setup.llama_cpp_bin) if setup.llama_cpp_bin else {}
+    server = llamaserver.find_server(setup.llama_cpp_bin) if setup.llama_cpp_bin else None
+    if server is not None:
+        bins[llamaserver.SERVER] = server
     configs = configs_for(setup, drafters)
     curves = _warm_up(target, drafters, setup)
     records: Records = {}
@@ -168,6 +177,11 @@ def run_bench(setup: BenchSetup) -> tuple[Records, dict]:
                 try:
                     if c.kind == "edgespec":
                         rec = _run_edgespec(target, drafters, c, w, max_tokens, rep)
+                    elif c.kind == llamaserver.SERVER:
+                        rec = llamaserver.run(
+                            bins[c.kind], _server_args(target, c, setup), w,
+                            max_tokens=max_tokens, seed=rep,
+                        ).to_record()  # fmt: skip
                     else:
                         rec = _run_llamacpp(bins[c.kind], target, c, w, max_tokens, rep, setup)
                 except llamacpp.LlamaCppError as e:
@@ -341,6 +355,7 @@ def _run_edgespec(
         verify_s=s.verify_s,
         other_s=s.other_s,
         decode_s=s.decode_s,
+        prompt_s=s.prompt_s,
         peak_rss_mib=peak_rss_mib(),
         accepted_lengths=accepted,
         drafted_lengths=drafted,
@@ -371,3 +386,15 @@ def _run_llamacpp(
     )
     result, rss = llamacpp.run(cmd)
     return result.to_record(rss)
+
+
+def _server_args(target: LlamaModel, c: Config, setup: BenchSetup) -> dict:
+    """llamaserver.command's arguments for a configuration (as llama.cpp's binaries run)."""
+    return {
+        "target": target.path,
+        "spec_type": str(c.gamma),
+        "threads": target.n_threads,
+        "n_ctx": setup.n_ctx,
+        "swa_full": setup.llama_swa_full,
+        "no_repack": cpu_has_amx(),
+    }

@@ -38,6 +38,7 @@ class RunRecord(DraftRatios):
     verify_s: float = 0.0
     other_s: float = 0.0
     decode_s: float = 0.0
+    prompt_s: float = 0.0  # the prompt's time (0: not reported, as by llama-lookup)
     peak_rss_mib: float = 0.0
     accepted_lengths: list[int] = field(default_factory=list)  # per drafting round
     drafted_lengths: list[int] = field(default_factory=list)  # per drafting round, likewise
@@ -172,6 +173,10 @@ def summarise(
         "verify_s": median(r.verify_s for r in ok),
         "other_s": median(r.other_s for r in ok),
         "decode_s": median(r.decode_s for r in ok),
+        # time to the whole reply, prompt and decode, per repetition (None: not reported)
+        "reply_s_all": [
+            r.prompt_s + r.decode_s if r is not None and r.prompt_s > 0 else None for r in records
+        ],
         "peak_rss_mib": max((r.peak_rss_mib for r in ok), default=0.0),
         "accepted_hist": histogram(n for r in ok for n in r.accepted_lengths),
     }
