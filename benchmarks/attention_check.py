@@ -31,18 +31,17 @@ def main() -> None:
     variant = sys.argv[1] if len(sys.argv) > 1 else "default"
     if variant not in VARIANTS:
         raise SystemExit(f"variant: one of {', '.join(VARIANTS)}")
-    from device.variants import context_overrides
+    from device.variants import FA_OFF, GGML_TYPE_BF16, GGML_TYPE_F16
 
-    import edgespec.backend.model as model_module  # white-box: its KV types are patched
     from edgespec import LlamaModel, resolve_model
 
-    ctx = {"flash_attn_type": 0} if variant.endswith("fa_off") else {}
+    # llama.cpp's context fields over edgespec's choices (BF16 keys, F16 values)
+    ctx = {"flash_attn_type": FA_OFF} if variant.endswith("fa_off") else {}
     if variant.startswith("f16"):
-        model_module.GGML_TYPE_BF16 = 1  # the key type LlamaModel sets: F16 instead
+        ctx["type_k"] = GGML_TYPE_F16
     if variant == "bf16_kv":
-        model_module.GGML_TYPE_F16 = 30  # the value type LlamaModel sets: BF16 instead
-    with context_overrides(ctx):
-        m = LlamaModel(resolve_model("gemma-3-270m"), n_ctx=4096, n_threads=2)
+        ctx["type_v"] = GGML_TYPE_BF16
+    m = LlamaModel(resolve_model("gemma-3-270m"), n_ctx=4096, n_threads=2, context_params=ctx)
     toks = m.tokenize(FILLER * 200)
     diffs = {}
     for depth in (100, 700, 1500):

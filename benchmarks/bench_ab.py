@@ -63,8 +63,9 @@ def run_arm(tree: Path, corpus: Path, threads: int, out: Path) -> dict[str, floa
         "    m = sys.modules.get(getattr(f, '__module__', ''))\n"
         "    for k, v in list(getattr(m, 'MAPPING', {}).items()):\n"
         f"        m.MAPPING[k] = v.replace({str(ROOT)!r}, {str(tree)!r}, 1)\n"
-        "from edgespec.cli import main\n"
-        "sys.exit(main())\n"
+        # the edgespec command as its script finds it (an earlier tree may lack later names)
+        "from importlib.metadata import entry_points\n"
+        "sys.exit(entry_points(group='console_scripts')['edgespec'].load()())\n"
     )
     cmd = [
         sys.executable, "-c", code,

@@ -33,11 +33,11 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", help="write the figures here")
     args = p.parse_args()
-    from edgespec import LlamaModel, resolve_model
-    from edgespec.bench import engine_generate as generate
+    from edgespec import LlamaModel, ModelPair, resolve_model
 
     model = LlamaModel(resolve_model(args.model), n_ctx=args.depth + args.reply + 256,
                        n_threads=args.threads)  # fmt: skip
+    generate = ModelPair(model, None, history=False).generate  # plain decoding
     kept = model.checkpoints
     if kept is None:
         raise SystemExit(f"{args.model} has no sliding-window layers: nothing to checkpoint")
@@ -49,9 +49,9 @@ def main() -> int:
     for setting in order[: 2 * args.reps]:
         model.checkpoints = kept if setting == "checkpoints" else None
         model.reset()
-        generate(model, prompt, max_tokens=1, gamma=0)  # the first request's prefill
+        generate(prompt, max_tokens=1)  # the first request's prefill
         model.decode(reply, logits="last")  # its long reply
-        again = generate(model, prompt, max_tokens=16, gamma=0)
+        again = generate(prompt, max_tokens=16)
         times[setting].append(again.stats.prompt_s)
         if answers.setdefault(setting, again.tokens) != again.tokens:
             raise SystemExit("greedy replies differ between runs")

@@ -30,8 +30,7 @@ import statistics
 import time
 from typing import Any
 
-from edgespec import Grammar, LlamaModel, resolve_model
-from edgespec.bench import NgramDrafter, engine_generate, load_or_measure
+from edgespec import Grammar, LlamaModel, ModelPair, NgramDrafter, load_or_measure, resolve_model
 
 PEOPLE = [
     ("Ada Okafor", 34, "engineer", "Lagos", "ada.okafor@example.org", True, "gold", 7, "chess"),
@@ -126,13 +125,16 @@ def run_arm(target: LlamaModel, arm: str, prompt: str, grammar: Grammar, max_tok
     if arm != "free":
         kw["grammar"] = grammar
     if arm in ("free", "plain"):
-        kw.update(gamma=0, grammar_drafts=False)
+        pair = ModelPair(target, None, history=False)
+        kw.update(grammar_drafts=False)
     elif arm == "grammar":
-        kw.update(gamma=0, grammar_drafts=True)
+        pair = ModelPair(target, None, history=False)
+        kw.update(grammar_drafts=True)
     else:
-        kw.update(drafter=NgramDrafter(), gamma="auto", grammar_drafts=arm == "auto")
+        pair = ModelPair(target, NgramDrafter(), history=False)
+        kw.update(gamma="auto", grammar_drafts=arm == "auto")
     t0 = time.perf_counter()
-    done = engine_generate(target, prompt, **kw)
+    done = pair.generate(prompt, **kw)
     return time.perf_counter() - t0, done
 
 

@@ -35,16 +35,18 @@ import time
 
 import numpy as np
 
-from edgespec import LlamaModel, SamplingParams, resolve_model
-from edgespec.bench import (
+from edgespec import (
     DEFAULT_MAX_LINES,
     CodeRules,
     CompletionRequest,
     CompletionResult,
     CompletionSession,
+    LlamaModel,
     LookupHistory,
     NgramDrafter,
+    SamplingParams,
     builtin_workloads,
+    resolve_model,
 )
 
 FUNCTION = """def median(values):

@@ -38,11 +38,10 @@ def run_rss(cmd: list[str], env: dict[str, str]) -> float:
 def edgespec_cmd(model: str, depth: int, threads: int) -> list[str]:
     """A Python process that fills a context to depth and decodes 16 tokens."""
     code = (
-        "from edgespec import LlamaModel, resolve_model\n"
-        "from edgespec.bench import engine_generate as generate\n"
+        "from edgespec import LlamaModel, ModelPair, resolve_model\n"
         f"m = LlamaModel(resolve_model({model!r}), n_ctx={depth + 256}, n_threads={threads})\n"
         f"tokens = m.tokenize({FILLER!r} * {depth // 10 + 1})[:{depth}]\n"
-        "generate(m, tokens, max_tokens=16, gamma=0)\n"
+        "ModelPair(m, None, history=False).generate(tokens, max_tokens=16)\n"
     )
     return [sys.executable, "-c", code]
 

@@ -30,13 +30,13 @@ PROMPT = "The history of the printing press begins"
 
 def worker(model: str, threads: int, tokens: int) -> None:
     """Print this process's plain decoding speed (tokens/s) as JSON."""
-    from edgespec import LlamaModel, resolve_model
-    from edgespec.bench import engine_generate
+    from edgespec import LlamaModel, ModelPair, resolve_model
 
     target = LlamaModel(str(resolve_model(model)), n_ctx=1024, n_threads=threads)
-    engine_generate(target, PROMPT, max_tokens=8, gamma=0)  # warm
+    plain = ModelPair(target, None, history=False)
+    plain.generate(PROMPT, max_tokens=8)  # warm
     target.reset()
-    done = engine_generate(target, PROMPT, max_tokens=tokens, gamma=0)
+    done = plain.generate(PROMPT, max_tokens=tokens)
     print(json.dumps({"tps": done.stats.generated / done.stats.decode_s}), flush=True)
 
 

@@ -250,7 +250,7 @@ def sixteen(
 
 def lone(par: Server, ser: Server, reps: int, max_tokens: int) -> dict[str, Any]:
     """The code_editing prompt, parallel and serial server alternating: per-pair ratios."""
-    from edgespec.bench import builtin_workloads
+    from edgespec import builtin_workloads
 
     prompt = builtin_workloads()["code_editing"].prompt
     body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0}

@@ -56,15 +56,15 @@ def edgespec_tg(model: str, n: int, depth: int, threads: int, env: dict[str, str
     so the kernel mode applies; prompt processing excluded, as llama-bench's -d)."""
     code = (
         "import sys, json\n"
-        "from edgespec import LlamaModel, resolve_model\n"
-        "from edgespec.bench import engine_generate as generate\n"
+        "from edgespec import LlamaModel, ModelPair, resolve_model\n"
         f"m = LlamaModel(resolve_model({model!r}), n_ctx={depth + n + 256}, n_threads={threads})\n"
+        "generate = ModelPair(m, None, history=False).generate\n"  # plain decoding
         "bos = m.vocab_info().bos\n"
         f"filler = m.tokenize({FILLER!r} * {depth // 10 + 1})\n"
         f"prompt = ([bos] + filler)[: max(1, {depth})]\n"
-        "generate(m, [bos], max_tokens=16, gamma=0)\n"  # warm-up, as llama-bench does
+        "generate([bos], max_tokens=16)\n"  # warm-up, as llama-bench does
         "m.reset()\n"
-        f"d = generate(m, prompt, max_tokens={n}, gamma=0)\n"
+        f"d = generate(prompt, max_tokens={n})\n"
         "print(json.dumps([d.stats.tokens_per_second, d.stats.generated]))\n"
     )
     out = subprocess.run(

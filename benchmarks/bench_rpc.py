@@ -42,13 +42,12 @@ def free_port() -> int:
 
 
 def start_worker(log_dir: Path, threads: int) -> tuple[subprocess.Popen, str]:
-    from edgespec import BackendError
-    from edgespec.bench import probe_rpc_worker
+    from edgespec import unanswering_rpc_workers
 
     port = free_port()
     log = (log_dir / f"worker-{port}.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "edgespec.cli", "worker", "--port", str(port)]
+        [sys.executable, "-m", "edgespec", "worker", "--port", str(port)]
         + ["--threads", str(threads)],
         stdout=subprocess.DEVNULL,
         stderr=log,
@@ -56,20 +55,18 @@ def start_worker(log_dir: Path, threads: int) -> tuple[subprocess.Popen, str]:
     endpoint = f"127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:
-        try:
-            probe_rpc_worker(endpoint, timeout=2.0)
+        if not unanswering_rpc_workers([endpoint], timeout=2.0):
             return proc, endpoint
-        except BackendError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise SystemExit(f"worker on {endpoint} did not start") from None
-            time.sleep(0.1)
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise SystemExit(f"worker on {endpoint} did not start")
+        time.sleep(0.1)
 
 
 def ensure_same_vocab_draft(path: Path, target: str) -> None:
     if path.exists():
         return
-    cmd = [sys.executable, "-m", "edgespec.cli", "quantize", target, str(path)]
+    cmd = [sys.executable, "-m", "edgespec", "quantize", target, str(path)]
     subprocess.run(cmd + ["--type", "Q4_0", "--pure"], check=True)
 
 
@@ -109,18 +106,15 @@ def uptime() -> str:
 
 
 def run_one(target, drafter, workload, gamma, max_tokens: int, seed: int) -> dict:
-    from edgespec import SamplingParams
-    from edgespec.bench import engine_generate as generate
+    from edgespec import ModelPair, SamplingParams
 
     if drafter is not None and drafter.model is not None:
         drafter.model.reset()  # no state from an earlier run (as the bench does)
-    done = generate(
-        target,
+    done = ModelPair(target, drafter, history=False).generate(
         workload.prompt,
-        drafter=drafter,
         max_tokens=max_tokens,
         sampling=SamplingParams(temperature=workload.temperature),
-        gamma=gamma if drafter is not None else 0,
+        gamma=gamma,
         seed=seed,
     )
     s = done.stats
@@ -158,9 +152,9 @@ def summarise(runs: list[dict], plain_tps: float | None) -> dict:
 def measure_pass_costs(target, reps: int):
     """The target's cost curve at the current delay, made the one gamma auto plans with
     (what ``load_or_measure(refresh=True)`` does, with fewer repetitions)."""
-    from edgespec.bench import MAX_VERIFY, measure_curve, use_curve
+    from edgespec import measure_curve, use_curve
 
-    curve = measure_curve(target, max_k=min(MAX_VERIFY, target.n_batch), reps=reps)
+    curve = measure_curve(target, reps=reps)
     use_curve(curve)
     return curve
 
@@ -233,8 +227,9 @@ def main(argv: list[str] | None = None) -> int:
 
     # curves of this run only: the endpoints are this run's ports
     os.environ["EDGESPEC_CACHE_DIR"] = tempfile.mkdtemp(prefix="edgespec-bench-rpc-")
-    from edgespec import load, resolve_model
-    from edgespec.bench import LatencyProxy, build_drafter, builtin_workloads, render_workload
+    from latency_proxy import LatencyProxy
+
+    from edgespec import build_drafter, builtin_workloads, load, render_workload, resolve_model
 
     delays = [float(d) for d in args.delays.split(",")]
     gammas = [int(g) for g in args.gammas.split(",") if g.strip()]  # "": auto only

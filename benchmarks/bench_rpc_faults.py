@@ -39,25 +39,22 @@ RECOVERY_LIMIT_S = 60.0
 
 
 def start_worker(port: int, log_dir: Path) -> subprocess.Popen:
-    from edgespec import BackendError
-    from edgespec.bench import probe_rpc_worker
+    from edgespec import unanswering_rpc_workers
 
     log = (log_dir / f"worker-{port}.log").open("ab")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "edgespec.cli", "worker", "--port", str(port), "--threads", "1"],
+        [sys.executable, "-m", "edgespec", "worker", "--port", str(port), "--threads", "1"],
         stdout=subprocess.DEVNULL,
         stderr=log,
     )
     deadline = time.monotonic() + 60
     while True:
-        try:
-            probe_rpc_worker(f"127.0.0.1:{port}", timeout=2.0)
+        if not unanswering_rpc_workers([f"127.0.0.1:{port}"], timeout=2.0):
             return proc
-        except BackendError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise SystemExit(f"worker on port {port} did not start") from None
-            time.sleep(0.1)
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise SystemExit(f"worker on port {port} did not start")
+        time.sleep(0.1)
 
 
 def post(base: str, body: dict) -> tuple[int, dict]:
@@ -97,7 +94,7 @@ def stream(address: tuple[str, int], out: list, started: threading.Event) -> Non
 
 
 def main() -> int:
-    from edgespec.bench import LatencyProxy
+    from latency_proxy import LatencyProxy
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--target", default="gemma-3-270m")
@@ -113,7 +110,7 @@ def main() -> int:
     proxies = [LatencyProxy(f"127.0.0.1:{port}", args.delay_ms).start() for port in ports]
     serve_log = (log_dir / "serve.log").open("w")
     serve = subprocess.Popen(
-        [sys.executable, "-m", "edgespec.cli", "serve", "--target", args.target, "--port", "0"]
+        [sys.executable, "-m", "edgespec", "serve", "--target", args.target, "--port", "0"]
         + ["--threads", "1", "--parallel", "2", "--ctx", "2048", "--quiet"]
         + ["--rpc", ",".join(px.address for px in proxies)]
         + ["--rpc-timeout", str(args.rpc_timeout)],

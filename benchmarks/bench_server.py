@@ -39,7 +39,7 @@ class Server:
     """An ``edgespec serve`` subprocess on a free port."""
 
     def __init__(self, target: str, draft: str, extra: list[str]) -> None:
-        cmd = [sys.executable, "-m", "edgespec.cli", "serve", "--port", "0", "--quiet",
+        cmd = [sys.executable, "-m", "edgespec", "serve", "--port", "0", "--quiet",
                "--target", target, "--draft", draft, *extra]  # fmt: skip
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, cwd=ROOT)
         assert self.proc.stderr is not None
@@ -99,7 +99,7 @@ def code_file(n_tokens_hint: int) -> str:
 
 def _workload(name: str) -> str:
     try:
-        from edgespec.bench import builtin_workloads
+        from edgespec import builtin_workloads
     except ImportError:
         raise SystemExit("needs the benchmark workloads (edgespec/bench/workloads)") from None
     return builtin_workloads()[name].prompt
@@ -193,7 +193,7 @@ def main() -> int:
         first_spec = [n for n in servers if n != "none"][0]
         if not args.no_ttft:
             report["ttft"] = ttft(servers[first_spec], code_file(args.file_tokens), args.reps)
-        from edgespec.bench import builtin_workloads
+        from edgespec import builtin_workloads
 
         w = builtin_workloads()[args.workload]
         report["workload"] = w.name

@@ -16,11 +16,10 @@ import argparse
 import re
 from pathlib import Path
 
-from edgespec import LlamaModel, resolve_model
-from edgespec.bench import NgramDrafter, make_policy
-from edgespec.bench import engine_generate as generate
+from edgespec import LlamaModel, ModelPair, NgramDrafter, make_policy, resolve_model
 
-SOURCES = ("adaptive.py", "costs.py", "codestop.py", "store.py", "hub.py")
+SOURCES = ("policy/adaptive.py", "policy/costs.py", "completion/codestop.py",
+           "modelstore/store.py", "modelstore/hub.py")  # fmt: skip
 # a def line (possibly wrapped), then a one-line docstring: the completion starts after it
 CUT = re.compile(r'^( *)def \w+\(.*\n(?:.*\n)*?\1    """.*"""\n', re.M)
 
@@ -54,7 +53,9 @@ def main() -> int:
                 target.reset()
                 drafter = NgramDrafter()
                 if config == "plain":
-                    done = generate(target, text, max_tokens=args.max_tokens, gamma=0)
+                    done = ModelPair(target, None, history=False).generate(
+                        text, max_tokens=args.max_tokens
+                    )
                     tokens += done.stats.generated
                 else:
                     if config == "fresh policy":
@@ -62,8 +63,8 @@ def main() -> int:
                     else:
                         carried = carried or make_policy(target, drafter)
                         policy = carried
-                    done = generate(
-                        target, text, drafter=drafter, max_tokens=args.max_tokens, gamma=policy
+                    done = ModelPair(target, drafter, history=False).generate(
+                        text, max_tokens=args.max_tokens, gamma=policy
                     )
                 seconds[config] += done.stats.decode_s
         ratios = "  ".join(f"{k}: {seconds['plain'] / v:.3f}x" for k, v in seconds.items())

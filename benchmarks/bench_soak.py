@@ -107,7 +107,7 @@ def main() -> int:
                    "OUT: their growth from after the first 100 requests to the end")  # fmt: skip
     args = p.parse_args()
 
-    launch = [sys.executable, "-m", "edgespec.cli"]
+    launch = [sys.executable, "-m", "edgespec"]
     if args.tracemalloc:
         launch = [
             sys.executable,

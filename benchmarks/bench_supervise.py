@@ -27,7 +27,7 @@ from bench_rpc import start_serve, uptime
 
 def start(target: str, *extra: str) -> tuple[subprocess.Popen[str], tuple[str, int]]:
     return start_serve(
-        [sys.executable, "-m", "edgespec.cli", "serve", "--target", target, "--port", "0"]
+        [sys.executable, "-m", "edgespec", "serve", "--target", target, "--port", "0"]
         + ["--threads", "1", "--ctx", "1024", "--parallel", "1", "--draft", "none"]
         + ["--quiet", *extra]
     )

@@ -27,8 +27,7 @@ from typing import Any
 import jsonschema
 from openai import OpenAI
 
-from edgespec import resolve_model
-from edgespec.bench import EdgespecServer, load_session
+from edgespec import EdgespecServer, load_session, resolve_model
 
 
 def _tool(name: str, description: str, props: dict[str, Any], required: list[str]) -> dict:

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is not a
 
 from make_corpus import Item, write_corpus  # noqa: E402
 
-from edgespec.bench import load_corpus, split_of  # noqa: E402
+from edgespec import load_corpus, split_of  # noqa: E402
 
 HISTORY_KINDS = ("summarise", "code", "write")
 

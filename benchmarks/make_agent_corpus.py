@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is not a
 
 from corpus_sources import functions, stdlib_files, toml_string  # noqa: E402
 
-from edgespec.bench import parse_workload, split_of  # noqa: E402
+from edgespec import parse_workload, split_of  # noqa: E402
 
 OUT = ROOT / "edgespec" / "bench" / "workloads" / "agent"
 MAX_TOKENS = 128

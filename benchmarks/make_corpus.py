@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/ is not a
 import corpus_sources as sources  # noqa: E402
 from corpus_sources import excerpt, functions, paragraphs, stdlib_files, toml_string  # noqa: E402
 
-from edgespec.bench import parse_workload, split_of  # noqa: E402
+from edgespec import parse_workload, split_of  # noqa: E402
 
 KINDS = ("edit", "quote", "summarise", "code", "revise", "write")
 PER_KIND = 12

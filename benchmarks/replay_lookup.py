@@ -32,7 +32,11 @@ left out. Runs each workload's plain decode once (greedy outputs are cached unde
 build/replay/), then replays; sampled workloads are skipped.
 
     .venv/bin/python benchmarks/replay_lookup.py --corpus build/corpus --split tuning
-    .venv/bin/python benchmarks/replay_lookup.py --sweep --curve-from docs/bench/X.json
+    .venv/bin/python benchmarks/replay_lookup.py --curve-from docs/bench/X.json
+
+(``--sweep``, which varied the policy's constants by setting them in their modules,
+and the ``edgespec latest`` arm are in commit c13d1c3; their findings are in
+docs/history.md and docs/long-context.md.)
 """
 
 from __future__ import annotations
@@ -48,17 +52,19 @@ from pathlib import Path
 
 import numpy as np
 
-from edgespec import LlamaModel, SamplingParams, resolve_model
-from edgespec.bench import (
+from edgespec import (
     AdaptiveGamma,
     CostCurve,
     Draft,
+    LlamaModel,
+    ModelPair,
     NgramDrafter,
+    SamplingParams,
     load_corpus,
     load_or_measure,
     render_workload,
+    resolve_model,
 )
-from edgespec.bench import engine_generate as generate
 
 GREEDY = SamplingParams(temperature=0.0)
 MAX_GAMMA = 47  # the policy's longest draft (a 48-row verify)
@@ -79,7 +85,8 @@ def record(target: LlamaModel, corpus: Path, split: str, cache: Path) -> dict[st
         w = render_workload(target, w)
         prompt = target.tokenize(w.prompt, add_special=True, parse_special=True)
         target.reset()
-        done = generate(target, prompt, max_tokens=w.max_tokens, gamma=0, sampling=GREEDY)
+        plain = ModelPair(target, None, history=False)
+        done = plain.generate(prompt, max_tokens=w.max_tokens, sampling=GREEDY)
         rec = {"kind": w.kind, "prompt": prompt, "output": list(done.tokens)}
         path.write_text(json.dumps(rec))
         out[w.name] = rec
@@ -270,61 +277,11 @@ def replay_suffix(
     return seconds, calls
 
 
-def with_compared(n: int, run: Callable, *args):
-    """run(*args) with the lookup comparing n of a gram's latest occurrences (1: the
-    latest only, as before ngram.OCCURRENCES_COMPARED)."""
-    import edgespec.drafting.ngram as ngram
-
-    shipped, ngram.OCCURRENCES_COMPARED = ngram.OCCURRENCES_COMPARED, n
-    try:
-        return run(*args)
-    finally:
-        ngram.OCCURRENCES_COMPARED = shipped
-
-
 def _accepted(draft: Sequence[int], truth: Sequence[int]) -> int:
     n = 0
     while n < len(draft) and n < len(truth) - 1 and draft[n] == truth[n]:
         n += 1
     return n
-
-
-# --sweep: the policy's constants, one at a time, each over the shipped value
-SWEEP = {
-    "adaptive.LOSS_SHARE": (float("inf"), 0.01, 0.05, 0.1),
-    "adaptive.MIN_GAIN": (1.05, 1.1, 1.2),
-    "acceptance.MATCH_LEN_PRIORS": ((0.3, 0.3, 0.95, 0.95), (0.2, 0.2, 0.95, 0.95)),
-    "acceptance.PRIOR_WEIGHT": (4.0, 8.0),
-    "ngram.CONTESTED_MIN_MATCH": (2, 8, 16),
-    "acceptance.DISCOUNT": (0.9, 0.98),
-}
-
-
-def sweep(records: dict[str, dict], curve: CostCurve) -> None:
-    """Median and worst replayed speed-up of the shipped drafter as each constant varies."""
-    import edgespec.drafting.ngram as ngram
-    import edgespec.policy.acceptance as acceptance
-    import edgespec.policy.adaptive as adaptive
-
-    modules = {"acceptance": acceptance, "adaptive": adaptive, "ngram": ngram}
-
-    def judge(label: str) -> None:
-        xs, kinds = [], defaultdict(list)
-        for rec in records.values():
-            seconds, _ = replay_edgespec(rec["prompt"], rec["output"], curve)
-            xs.append(len(rec["output"]) * curve.cost(1) / seconds)
-            kinds[rec["kind"]].append(xs[-1])
-        per_kind = " ".join(f"{k} {statistics.median(v):.2f}" for k, v in sorted(kinds.items()))
-        print(f"{label:44s} median {statistics.median(xs):.3f}  worst {min(xs):.3f}  {per_kind}")
-
-    judge("as shipped")
-    for name, values in SWEEP.items():
-        module, attr = name.split(".")
-        shipped = getattr(modules[module], attr)
-        for value in values:
-            setattr(modules[module], attr, value)
-            judge(f"{name} = {value}")
-        setattr(modules[module], attr, shipped)
 
 
 def main() -> None:
@@ -336,7 +293,6 @@ def main() -> None:
     ap.add_argument("--ctx", type=int, default=4096, help="the target's context (4096)")
     ap.add_argument("--cache", type=Path, default=Path("build/replay"))
     ap.add_argument("--json", type=Path, help="write the per-text figures here")
-    ap.add_argument("--sweep", action="store_true", help="vary the policy's constants instead")
     ap.add_argument(
         "--curve-from", type=Path, help="price rounds on this bench report's calibration instead"
     )
@@ -347,12 +303,8 @@ def main() -> None:
     if args.curve_from:
         seconds = json.loads(args.curve_from.read_text())["calibration"]["target"]
         curve = dataclasses.replace(curve, seconds=tuple(seconds))
-    if args.sweep:
-        sweep(records, curve)
-        return
     arms: dict[str, Callable[[list[int], list[int]], tuple[float, int]]] = {
         "edgespec": lambda p, o: replay_edgespec(p, o, curve),
-        "edgespec latest": lambda p, o: with_compared(1, replay_edgespec, p, o, curve),
         "edgespec+counts": lambda p, o: replay_edgespec(p, o, curve, counts=0),
         "edgespec+counts<16": lambda p, o: replay_edgespec(p, o, curve, counts=16),
         **{

@@ -31,15 +31,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=2)
     args = p.parse_args(argv)
     os.environ["EDGESPEC_CACHE_DIR"] = tempfile.mkdtemp(prefix="edgespec-rpc-rounds-")
-    from edgespec import SamplingParams, load, resolve_model
-    from edgespec.bench import (
-        CALIBRATION_DEPTH,
-        LatencyProxy,
+    from latency_proxy import LatencyProxy
+
+    from edgespec import (
+        ModelPair,
+        SamplingParams,
         build_drafter,
         builtin_workloads,
+        load,
         render_workload,
+        resolve_model,
     )
-    from edgespec.bench import engine_generate as generate
 
     print(bench_rpc.uptime())
     log_dir = Path(tempfile.mkdtemp(prefix="edgespec-rpc-rounds-workers-"))
@@ -50,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         target = load(args.target, "none", n_threads=1, rpc=[px.address for px in proxies]).target
         curve = bench_rpc.measure_pass_costs(target, 2)
         sizes = [k for k in (1, 2, 4, 8, 16, 32, 48) if k <= len(curve.seconds)]
-        print(f"curve at depth {CALIBRATION_DEPTH}, ms:",
+        print("curve, ms:",
               {k: round(curve.cost(k) * 1000) for k in sizes})  # fmt: skip
         drafter = build_drafter(target, "ngram", resolve=resolve_model, n_ctx=target.n_ctx)
         work = render_workload(target, builtin_workloads()["code_editing"])
@@ -67,9 +69,10 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.reps):
             for gamma in (0, "auto"):
                 calls.clear()
-                done = generate(target, work.prompt, drafter=drafter if gamma else None,
-                                max_tokens=args.max_tokens, sampling=SamplingParams(temperature=0),
-                                gamma=gamma, seed=1)  # fmt: skip
+                pair = ModelPair(target, drafter if gamma else None, history=False)
+                done = pair.generate(work.prompt, max_tokens=args.max_tokens,
+                                     sampling=SamplingParams(temperature=0), gamma=gamma,
+                                     seed=1)  # fmt: skip
                 s = done.stats
                 name = "ngram auto" if gamma else "plain"
                 print(f"{name}: {s.tokens_per_second:.1f} tok/s, {s.target_calls} target calls, "

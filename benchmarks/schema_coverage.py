@@ -103,7 +103,7 @@ def _edgespec_command() -> list[str]:
     exe = Path(sys.executable).with_name("edgespec")
     if exe.exists():
         return [str(exe)]
-    return [sys.executable, "-c", "import sys; from edgespec.cli import main; sys.exit(main())"]
+    return [sys.executable, "-m", "edgespec"]
 
 
 @contextlib.contextmanager

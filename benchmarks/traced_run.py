@@ -40,7 +40,7 @@ def main() -> int:
         out.write_text("\n".join(lines) + "\n")
 
     signal.signal(signal.SIGUSR1, on_signal)
-    from edgespec.bench import cli_main as edgespec
+    from edgespec import main as edgespec
 
     return edgespec(argv)
 

@@ -11,6 +11,7 @@ benchmarks use only this API.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from functools import cached_property
 from types import TracebackType
 from typing import Any
 
@@ -243,9 +244,13 @@ class ModelPair:
         self.history = LookupHistory(model=target.path.name) if history else None
         if drafter is not None and self.history is not None:
             attach_history(drafter, self.history)
-        template = target.chat_template()
-        #: the target's own chat template with its special tokens; None: it has none
-        self.chat_format = ChatFormat.of(target, template) if template else None
+
+    @cached_property
+    def chat_format(self) -> ChatFormat | None:
+        """The target's own chat template with its special tokens; None: it has none
+        (read on first use: a pair made for plain generation never pays for it)."""
+        template = self.target.chat_template()
+        return ChatFormat.of(self.target, template) if template else None
 
     @property
     def n_ctx(self) -> int:

@@ -82,23 +82,14 @@ def test_the_graph_is_read() -> None:
     assert "edgespec.api" in graph["edgespec"]
 
 
-# What code outside edgespec/ (the chat app, the harness) may import of edgespec: the
-# library API, ``edgespec.bench`` (the harness's measurement API: the internals
-# benchmarks/ times, kept out of the library's namespace; see its docstring) and
-# ``edgespec.commands`` (a command plugin's shared options). tests/ may import anything.
-PUBLIC = ("edgespec", "edgespec.bench", "edgespec.commands")
-# Harness experiments that set an internal constant where it lives, to measure what it
-# does; nothing public could stand in for the module itself.
-WHITE_BOX = {
-    "benchmarks/attention_check.py": {"edgespec.backend.model"},  # the KV cache's types
-    "benchmarks/device/variants.py": {"edgespec.backend"},  # llama_cpp's context defaults
-    # the policy's and the lookup's constants, swept
-    "benchmarks/replay_lookup.py": {
-        "edgespec.drafting.ngram",
-        "edgespec.policy.acceptance",
-        "edgespec.policy.adaptive",
-    },
-}
+# What code outside edgespec/ (the chat app, the harness, scripts/) may import of
+# edgespec: its public API, the names in ``edgespec.__all__``. Nothing below it, not
+# even by way of a string of code run in another process. tests/ may import anything.
+PUBLIC = ("edgespec",)
+OUTSIDE = ("tui", "benchmarks", "scripts")
+# an import of a module below edgespec, or ``python -m`` of one, written in a string or a
+# document: ``from edgespec.engine import``, ``import edgespec.cli``, ``-m edgespec.cli``
+INTERNAL_IN_TEXT = re.compile(r"(?:\bfrom|\bimport|-m)[\s\"',]+edgespec\.[A-Za-z_]")
 
 
 def _internal_imports(path: Path) -> set[str]:
@@ -122,22 +113,43 @@ def _internal_imports(path: Path) -> set[str]:
     return out
 
 
+def _outside_files() -> list[Path]:
+    return [p for folder in OUTSIDE for p in sorted((ROOT / folder).rglob("*")) if p.is_file()
+            and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".patch")]  # fmt: skip
+
+
 def test_only_the_public_api_is_used_outside_edgespec() -> None:
-    """The chat app and the harness use the library API (and the two public
-    subpackages), never an internal module of edgespec."""
-    files = [*(ROOT / "tui").rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")]
+    """The chat app, the harness and scripts/ use the library API (``import edgespec``),
+    never an internal module of edgespec: no exceptions."""
     bad = {}
-    for path in files:
+    for path in _outside_files():
         name = path.relative_to(ROOT).as_posix()
-        internal = _internal_imports(path) - WHITE_BOX.get(name, set())
+        internal = _internal_imports(path) if path.suffix == ".py" else set()
+        internal |= set(INTERNAL_IN_TEXT.findall(path.read_text(errors="replace")))
         if internal:
             bad[name] = sorted(internal)
     assert not bad
+    # the checker catches an internal import, and one in a string of code
     assert "edgespec.engine" in _internal_imports(ROOT / "tests" / "test_engine.py")
+    assert INTERNAL_IN_TEXT.findall('code = "from edgespec.bench import x"')
+    assert INTERNAL_IN_TEXT.findall('[sys.executable, "-m", "edgespec.cli", "serve"]')
+    assert not INTERNAL_IN_TEXT.findall('"-m", "edgespec", "serve"; from edgespec import load')
+
+
+def test_the_docs_examples_use_only_the_public_api() -> None:
+    """README's and docs/'s examples import edgespec's public names and run ``python -m
+    edgespec``, never a module below it."""
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    bad = {
+        p.relative_to(ROOT).as_posix(): found
+        for p in docs
+        if (found := INTERNAL_IN_TEXT.findall(p.read_text(encoding="utf-8")))
+    }
+    assert not bad
 
 
 def test_the_public_api_names_what_it_exports() -> None:
-    """Every name in edgespec's __all__ (and the public subpackages') is importable."""
+    """Every name in edgespec's __all__ is importable."""
     import importlib
 
     for module in PUBLIC:

@@ -272,12 +272,16 @@ def test_cuda_lib_args_find_pip_cublas(tmp_path: Path) -> None:
     assert (links / "libcublas.so").resolve() == site / "lib" / "libcublas.so.13"
 
 
-def test_context_overrides_change_llama_cpp_defaults_for_a_while() -> None:
+def test_a_variants_context_params_reach_llama_cpp(synthetic_models) -> None:
+    """variants.py sets llama.cpp's context fields through LlamaModel(context_params=...):
+    the model loads and decodes with them; a field llama.cpp lacks is a one-line error."""
     variants = _load("variants")
-    from edgespec.backend import ll
+    from edgespec import BackendError, LlamaModel
 
-    default = ll.llama_context_default_params().flash_attn_type
-    with variants.context_overrides({"flash_attn_type": variants.FA_OFF, "type_k": 0}):
-        params = ll.llama_context_default_params()
-        assert (params.flash_attn_type, params.type_k) == (variants.FA_OFF, 0)
-    assert ll.llama_context_default_params().flash_attn_type == default != variants.FA_OFF
+    ctx = variants.VARIANTS["kv_f32_fa_off"]["ctx"]
+    path = synthetic_models["target"]
+    with LlamaModel(path, n_ctx=128, n_threads=1, context_params=ctx) as m:
+        got = m.decode(m.tokenize("one two three"), logits="last").copy()
+        assert got.shape == (1, m.n_vocab) and np.isfinite(got).all()
+    with pytest.raises(BackendError, match="no llama.cpp context parameter 'no_such'"):
+        LlamaModel(path, n_ctx=128, n_threads=1, context_params={"no_such": 1})

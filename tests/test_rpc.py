@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from rpc_workers import ENV, Worker, free_port, post, require_rpc, start_serve
@@ -23,13 +24,15 @@ from edgespec.backend import (
     parse_rpc_endpoints,
 )
 from edgespec.backend.rpc_watch import cut_connections
-from edgespec.bench.latency_proxy import LatencyProxy
 from edgespec.commands.worker import bind_address
 from edgespec.drafting import ModelDrafter
 from edgespec.drafting.ngram import NgramDrafter
 from edgespec.engine import generate
 from edgespec.errors import BackendError, InvalidParameterError
 from edgespec.sampling import SamplingParams
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from latency_proxy import LatencyProxy  # noqa: E402  (the harness's loopback proxy)
 
 PROMPTS = ["Hello world", "the cat sat on the mat and the cat sat on the", "1 2 3 4 5"]
 MAX_TOKENS = 32

@@ -16,10 +16,12 @@ import json
 import re
 import signal
 import socket
+import sys
 import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from rpc_workers import (
@@ -33,7 +35,8 @@ from rpc_workers import (
     start_serve,
 )
 
-from edgespec.bench.latency_proxy import LatencyProxy
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from latency_proxy import LatencyProxy  # noqa: E402  (the harness's loopback proxy)
 
 
 class Cluster:

@@ -10,13 +10,15 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from functools import partial
 
-from edgespec import EdgespecError, parse_draft_spec, resolve_model
-from edgespec.commands import (
+from edgespec import (
     DEFAULT_CHAT_TARGET,
+    EdgespecError,
     add_model_options,
     add_sampling_options,
     load_options,
     one_line,
+    parse_draft_spec,
+    resolve_model,
 )
 
 from .overflow import TRUNCATE_MIDDLE
@@ -83,7 +85,7 @@ def restart_argv(
         kept += ["--resume", conversation_id]
     if history:
         kept += ["--lookup-history-from", history]
-    return [sys.executable, "-m", "edgespec.cli", *kept]
+    return [sys.executable, "-m", "edgespec", *kept]
 
 
 def load_engine(choice: ModelChoice, history_from: str | None = None) -> LlamaChatEngine:

@@ -13,9 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgespec import LlamaModel, SamplingParams
-from edgespec.bench import ModelDrafter, process_logits
-from edgespec.bench import engine_generate as generate
+from edgespec import DoneEvent, LlamaModel, ModelDrafter, ModelPair, SamplingParams, process_logits
 
 FILLER = "The quick brown fox jumps over the lazy dog while the cat sleeps in the sun. "
 #: The prompts of tests/test_engine.py's greedy-equality test.
@@ -33,6 +31,11 @@ CHI_CONFIGS = {
 }
 CHI_PROMPT = "Once upon a time"
 CHI_ALPHA = 2.5e-5
+
+
+def generate(target: LlamaModel, prompt: str | list[int], *, drafter=None, **kwargs) -> DoneEvent:
+    """edgespec's generate with ``drafter`` on ``target`` (None: plain), no lookup history."""
+    return ModelPair(target, drafter, history=False).generate(prompt, **kwargs)
 
 
 def filler_tokens(model: LlamaModel, n: int) -> list[int]:

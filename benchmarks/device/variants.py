@@ -1,10 +1,10 @@
 """Which llama.cpp settings make batch logits equal one-token logits, at what cost.
 
 Each variant runs in its own process (llama.cpp reads its environment variables
-once): the ``env`` it sets and the context parameters ``ctx`` it overrides
-(flash attention, KV cache type) on edgespec's LlamaModel, which is otherwise
-left as it is. For each model it records measure.logit_diffs and the cost of a
-9-row verify against one token.
+once): the ``env`` it sets and the context parameters ``ctx`` it sets over
+edgespec's own choices (flash attention, KV cache type: ``LlamaModel(...,
+context_params=ctx)``), the model otherwise left as it is. For each model it records
+measure.logit_diffs and the cost of a 9-row verify against one token.
 
 llama.cpp's GGML_CUDA_FORCE_MMQ and GGML_CUDA_FORCE_CUBLAS are compile-time
 options in this version (``#ifdef`` in ggml-cuda/mmq.cu), not environment
@@ -13,14 +13,13 @@ variables: trying them needs another build, so they are listed as not run.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16 = 0, 1, 30
@@ -54,29 +53,6 @@ NOT_RUN = {
 }
 
 
-@contextlib.contextmanager
-def context_overrides(fields: dict[str, int]) -> Iterator[None]:
-    """Have every LlamaModel made inside start from llama.cpp's context defaults with
-    ``fields`` changed (edgespec's own settings still apply on top: on a CPU, its
-    BF16 KV cache)."""
-    # white-box: llama_cpp (loaded after edgespec set the kernel mode), patched here
-    from edgespec.backend import ll
-
-    original = ll.llama_context_default_params
-
-    def patched():
-        params = original()
-        for name, value in fields.items():
-            setattr(params, name, value)
-        return params
-
-    ll.llama_context_default_params = patched  # the module's: every caller sees it
-    try:
-        yield
-    finally:
-        ll.llama_context_default_params = original
-
-
 def verify_ratio(model, k: int = 9, reps: int = 7, depth: int = 64) -> dict:
     """Median seconds of one token and of a k-row verify; their ratio."""
     from measure import filler_tokens
@@ -104,10 +80,11 @@ def child(spec: dict, models: dict[str, str], gpu_layers: int) -> dict:
     from edgespec import LlamaModel
 
     out: dict = {}
-    with context_overrides(spec["ctx"]):
-        for name, path in models.items():
-            with LlamaModel(path, n_ctx=1024, n_threads=1, n_gpu_layers=gpu_layers) as m:
-                out[name] = {**logit_diffs(m), **verify_ratio(m)}
+    for name, path in models.items():
+        with LlamaModel(
+            path, n_ctx=1024, n_threads=1, n_gpu_layers=gpu_layers, context_params=spec["ctx"]
+        ) as m:
+            out[name] = {**logit_diffs(m), **verify_ratio(m)}
     return out
 
 

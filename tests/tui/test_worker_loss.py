@@ -25,10 +25,12 @@ import pytest
 from edgespec_tui.command import restart_argv
 from edgespec_tui.store import Conversation, ConversationStore, StoredMessage
 
-from edgespec.bench.latency_proxy import LatencyProxy
 from tests.rpc_workers import ENV, Worker, require_rpc
 from tests.tui.conftest import settle
 from tests.tui.fakes import FakeEngine
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from latency_proxy import LatencyProxy  # noqa: E402  (the harness's loopback proxy)
 
 REPLY = "The sea is calm today."
 DEADLINE_S = 90.0  # for each wait below (a busy CI machine)
@@ -40,7 +42,7 @@ def test_restart_argv_resumes_the_conversation_in_place_of_any_other() -> None:
     assert restart_argv(args, "new") == [
         sys.executable,
         "-m",
-        "edgespec.cli",
+        "edgespec",
         "chat",
         "--rpc",
         "127.0.0.1:5",

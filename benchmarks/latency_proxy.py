@@ -10,7 +10,7 @@ Only loopback: it listens on a loopback address and forwards to one, never to
 anything else. Bounded: at most MAX_IN_FLIGHT bytes wait in each direction (the
 reader then waits), and closing the proxy closes every connection.
 
-    python -m edgespec.bench.latency_proxy --upstream 127.0.0.1:50052 --delay-ms 5
+    .venv/bin/python benchmarks/latency_proxy.py --upstream 127.0.0.1:50052 --delay-ms 5
 """
 
 from __future__ import annotations
