@@ -7,6 +7,7 @@ from typing import Any
 
 from . import llamacpp
 from .corpus import distribution, distribution_text
+from .load import load_line
 from .stats import (
     PLAIN_SPREAD,
     RunRecord,
@@ -298,6 +299,8 @@ def text_report(report: Mapping[str, Any]) -> str:
         f"target {report['target']}, {report['threads']} threads, {report['reps']} reps "
         f"(medians; speed-ups are medians of per-rep ratios)",
     ]
+    if report.get("load"):
+        parts.append(load_line(report["load"]))
     if report.get("verify_ceiling"):
         v = report["verify_ceiling"]
         parts.append(

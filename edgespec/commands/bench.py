@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..backend import DEFAULT_CTX
+from ..bench.load import MAX_LOAD, check_load
 from ..errors import InvalidParameterError
 from ..files import replace_file
 from ..params import check_gamma, check_max_tokens
@@ -84,6 +85,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
     p.add_argument("--ctx", type=parse_ctx, default=DEFAULT_CTX, help=CTX_HELP)
     p.add_argument("--rpc", type=parse_rpc, default=None, metavar="HOST:PORT,...", help=RPC_HELP)
+    p.add_argument(
+        "--load",
+        type=cli_type(check_load),
+        default=0,
+        metavar="N",
+        help="run beside N busy processes (a loop on one core each, like `yes > /dev/null`) "
+        f"that the bench starts and kills at the end: speed-ups on a busy machine; the "
+        f"report records it (0 to {MAX_LOAD}; default 0)",
+    )
     p.add_argument("--json", type=Path, default=None, help="write the full report here")
     p.add_argument("--chart", type=Path, default=None, help="write a PNG chart here")
     p.add_argument(
@@ -219,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
         llama_server_types=server_types,
         rpc=args.rpc,
     )
-    report = _report(setup, workloads)
+    report = _report(setup, workloads, args.load)
     if args.corpus is not None:  # and the distributions over the corpus (report.finish)
         report = finish({**report, "corpus": {"dir": str(args.corpus), "split": args.split}})
     print(text_report(report))
@@ -279,17 +289,22 @@ def _write_output(path: Path, option: str, write: Callable[[Path], object]) -> N
         raise InvalidParameterError(f"{option}: cannot write {path}: {e.strerror}") from None
 
 
-def _report(setup: BenchSetup, workloads: list[Workload]) -> dict:
-    """Run the benchmark and build its report, with what reproduces it."""
+def _report(setup: BenchSetup, workloads: list[Workload], load: int = 0) -> dict:
+    """Run the benchmark (beside ``load`` busy processes) and build its report, with what
+    reproduces it."""
     import resource
     import shlex
 
     from ..backend import SWA_RING
+    from ..bench.load import BusyLoad
     from ..bench.report import build_report
     from ..bench.runner import run_bench
     from ..version import __version__
 
-    records, info = run_bench(setup)
+    with BusyLoad(load) as busy:
+        if load:
+            print(f"beside {load} busy process{'es' if load != 1 else ''}", file=sys.stderr)
+        records, info = run_bench(setup)
     argv = sys.argv[1:]
     meta = {
         "edgespec_version": __version__,
@@ -301,5 +316,6 @@ def _report(setup: BenchSetup, workloads: list[Workload]) -> dict:
         "max_tokens": setup.max_tokens,
         "gammas": setup.gammas,
         "process_peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "load": busy.describe(),
     }
     return build_report(records, info, workloads, meta)
