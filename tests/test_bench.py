@@ -831,7 +831,7 @@ def test_bench_runs_each_draft_length_and_gamma_once(monkeypatch: pytest.MonkeyP
 
     seen: list[BenchSetup] = []
 
-    def capture(setup: BenchSetup, _workloads: list[Workload]) -> dict:
+    def capture(setup: BenchSetup, _workloads: list[Workload], _load: int = 0) -> dict:
         seen.append(setup)
         raise InvalidParameterError("captured")
 
