@@ -134,6 +134,9 @@ _EXPORTS: dict[str, str] = {
     "render_workload": "bench.runner",
     "load_corpus": "bench.corpus",
     "split_of": "bench.corpus",
+    # what speculation does on this machine and build (``edgespec doctor``)
+    "doctor": "diagnosis",
+    "DoctorReport": "diagnosis",
 }
 
 # explicit, and the same names as the table above (tests/test_library.py)
@@ -224,6 +227,8 @@ __all__ = [
     "render_workload",
     "load_corpus",
     "split_of",
+    "doctor",
+    "DoctorReport",
 ]
 
 
@@ -281,6 +286,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
         load_session,
     )
     from .context_overflow import Fit, fit_messages, reply_reserve
+    from .diagnosis import DoctorReport, doctor
     from .drafting import Draft, Drafter
     from .drafting.build import DraftSpec, build_drafter, parse_draft_spec
     from .drafting.history import LookupHistory

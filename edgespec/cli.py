@@ -28,6 +28,7 @@ BUILTIN_COMMANDS = (
     "serve",
     "worker",
     "quantize",
+    "doctor",
 )
 
 
