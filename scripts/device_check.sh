@@ -11,8 +11,11 @@
 #      greedy speculative == plain, the chi-square sampling test, batch-vs-single
 #      logits, the verify cost curve k = 1..48, plain-vs-speculative timings and the
 #      kernel-setting variants; then benchmarks/kernel_check.py, when it takes --gpu-layers;
-#   4. writes into $OUT (at most 8 files): log.txt, setup.json, exactness.json,
-#      costs.json, variants.json, summary.json, kernel_check.txt.
+#   4. runs `edgespec doctor --json` on the big pair (ngram and big_draft, every layer
+#      offloaded): the backend as edgespec sees it, its exactness self-test, the verify
+#      curve's regime, each drafter's predicted and measured speed-up;
+#   5. writes into $OUT (at most 8 files): log.txt, setup.json, exactness.json,
+#      costs.json, variants.json, summary.json, kernel_check.txt, doctor.json.
 # Each step has a time cap inside DEVICE_CHECK_BUDGET_S (default 560 s), so the
 # command ends, with what it measured, inside the device tool's 10 minutes; every
 # JSON file is written as soon as its part is done.
@@ -176,6 +179,17 @@ kernel_check() {
     --gpu-layers "$GPU_LAYERS" 2>&1 | tee "$OUT/kernel_check.txt"
 }
 
+# doctor.json: edgespec doctor on the big pair, on two prompts of the synthetic vocabulary
+run_doctor() {
+  local prompts="$WORK/doctor-prompts.jsonl"
+  printf '%s\n' '{"prompt": "one two three four five six seven eight one two three four five"}' \
+    '{"prompt": "the cat sat on the mat and the dog sat on the log and the cat sat on"}' \
+    >"$prompts"
+  "$PY" -m edgespec.cli doctor --target "$MODELS/big_target.gguf" --draft ngram \
+    --draft "$MODELS/big_draft.gguf" --gpu-layers "$GPU_LAYERS" --draft-gpu-layers "$GPU_LAYERS" \
+    --prompts "$prompts" --max-tokens 48 --reps 3 --budget-s 40 --ctx 1024 --json >"$OUT/doctor.json"
+}
+
 # setup.json: the machine, the versions there, each step's exit status and seconds
 write_setup() {
   local steps="" name
@@ -232,7 +246,7 @@ if [ "$CPU_ONLY" != 1 ]; then
   fi
 fi
 export ROOT OUT WORK MODELS PY LLAMA_VERSION CMAKE_ARGS JOBS GPU_LAYERS BIG_SHAPE
-export -f install_wheels build_llama write_models kernel_check
+export -f install_wheels build_llama write_models kernel_check run_doctor
 echo "edgespec device check: $(date -u +%FT%TZ) on $(hostname), budget ${BUDGET} s"
 nvidia-smi -L 2>/dev/null || echo "no nvidia-smi"
 export PYTHONPATH="$WORK/pysite:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
@@ -258,6 +272,7 @@ if [ "${STEP_RC[build]}" = 0 ]; then
   if step models 90 write_models; then
     step checks 400 "$PY" benchmarks/device/checks.py --models "$MODELS" --out "$OUT" \
       --gpu-layers "$GPU_LAYERS"
+    step doctor 90 run_doctor
     step kernel_check 60 kernel_check
   fi
 fi

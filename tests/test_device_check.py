@@ -230,6 +230,8 @@ def test_scripts_parse_and_document_the_device_call() -> None:
     assert "command:   bash scripts/device_check.sh" in header
     assert 'carry:     [".whl", ".device-src"]' in header
     assert "timeout_s: 600" in header
+    # edgespec doctor on the big pair, its report among the files that come back
+    assert "step doctor 90 run_doctor" in header and '--json >"$OUT/doctor.json"' in header
 
 
 def test_cuda_lib_args_find_pip_cublas(tmp_path: Path) -> None:
