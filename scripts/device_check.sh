@@ -185,7 +185,7 @@ run_doctor() {
   printf '%s\n' '{"prompt": "one two three four five six seven eight one two three four five"}' \
     '{"prompt": "the cat sat on the mat and the dog sat on the log and the cat sat on"}' \
     >"$prompts"
-  "$PY" -m edgespec.cli doctor --target "$MODELS/big_target.gguf" --draft ngram \
+  "$PY" -m edgespec doctor --target "$MODELS/big_target.gguf" --draft ngram \
     --draft "$MODELS/big_draft.gguf" --gpu-layers "$GPU_LAYERS" --draft-gpu-layers "$GPU_LAYERS" \
     --prompts "$prompts" --max-tokens 48 --reps 3 --budget-s 40 --ctx 1024 --json >"$OUT/doctor.json"
 }
