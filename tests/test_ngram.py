@@ -59,14 +59,24 @@ def test_a_short_match_with_different_successors_is_not_proposed() -> None:
     assert draft.tokens == [1, 10, 11, 12] and draft.match_len == 7
     # a gram is contested once two successors are seen, including later in the context
     d = NgramDrafter(n_min=1, n_max=1)
-    assert propose(d, [3, 4, 9, 3]) == [4, 9, 3]
+    assert propose(d, [3, 4, 9, 3]) == [4, 9, 3, 4]  # through the repetition
     assert propose(d, [3, 4, 9, 3, 5, 3]) == []
+
+
+def test_a_repetition_is_drafted_past_the_context_end() -> None:
+    d = NgramDrafter()
+    loop = [7, 8, 9]  # text that repeats itself with a period of 3 tokens
+    draft = d.propose([1, 2, *loop * 4], 10, GREEDY, RNG)
+    assert draft.tokens == [*loop * 3, 7] and draft.match_len == 9
+    # a match further back copies what followed it, then the text after it again
+    assert propose(d, [5, 1, 2, 3, 6, 1, 2, 3], 8) == [6, 1, 2, 3, 6, 1, 2, 3]
+    assert propose(d, [4, 4, 4], 5) == [4, 4, 4, 4, 4]
 
 
 def test_changed_context_rebuilds_the_index() -> None:
     d = NgramDrafter(n_min=1, n_max=2)
-    assert propose(d, [1, 2, 3, 1, 2]) == [3, 1, 2]
-    assert propose(d, [4, 2, 8, 4, 2]) == [8, 4, 2]
+    assert propose(d, [1, 2, 3, 1, 2]) == [3, 1, 2, 3]
+    assert propose(d, [4, 2, 8, 4, 2]) == [8, 4, 2, 8]
 
 
 def test_point_masses_when_sampling() -> None:
@@ -118,7 +128,10 @@ def _reference(context: list[int], n: int, compared: int) -> tuple[list[int], in
         contested = len({context[e] for e in ends}) > 1
         if contested and agreement(best) < CONTESTED_MIN_MATCH:
             return [], 0
-        return context[best : best + n], agreement(best)
+        ext = list(context)  # the copy reads on into its own draft
+        while len(ext) < best + n:
+            ext.append(ext[len(ext) - (len(context) - best)])
+        return ext[best : best + n], agreement(best)
     return [], 0
 
 

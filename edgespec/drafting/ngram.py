@@ -52,6 +52,10 @@ class NgramDrafter:
     against 1.62x on the shallow corpus; on the validation halves 1.77x against 1.72x
     (worst text 1.35x against 1.43x) and 1.78x against 1.71x (edits 2.62x against 2.21x).
 
+    A copy that reaches the context's end reads on into its own draft (``_copy``), so
+    text that repeats itself is drafted past one period, as far as the policy asks, as
+    llama.cpp's ngram-mod drafts (each token from the n-gram before it, up to 64).
+
     With a ``history`` (earlier requests' prompts and outputs, edgespec.drafting.
     history; shared by the drafters of one target's slots), a proposal copies from it
     where the context has none (no match, or a short contested one): its match_len
@@ -116,7 +120,7 @@ class NgramDrafter:
                 if successor == _CONTESTED and match_len < CONTESTED_MIN_MATCH:
                     match_len = 0
                 else:
-                    tokens = list(context[end : end + n])
+                    tokens = _copy(context, end, n)
                 break
         # (greedy only: a sampled request's seed reproduces its output only while its
         # drafts depend on its own text, not on which requests came before it)
@@ -163,6 +167,19 @@ class NgramDrafter:
                 index[gram] = (end, successor)
                 earlier.append(-1 if seen is None else seen[0])
         self._indexed_end = max(self._indexed_end, len(self._tokens) - 1)
+
+
+def _copy(context: Sequence[int], end: int, n: int) -> list[int]:
+    """Up to n tokens that follow position ``end``, read from the context followed by the
+    draft itself (an overlapping copy, as LZ77's): where the match is the context's own
+    last stretch (text repeating itself with a period of len(context) - end tokens), the
+    draft goes on through the repetition instead of stopping at the context's end, as
+    llama.cpp's ngram-mod, which drafts each token from the n-gram before it, does."""
+    tokens = list(context[end : end + n])
+    period = len(context) - end
+    while 0 < period <= len(tokens) < n:
+        tokens.append(tokens[len(tokens) - period])
+    return tokens
 
 
 def _point_masses(tokens: list[int], sampling: SamplingParams) -> list[TokenDist]:
