@@ -322,7 +322,7 @@ def _result(
     c = sum(r.draft_s for r in mine) / drafted / step_s if drafted and step_s > 0 else 0.0
     lengths = [d for d, _ in rounds]
     pred, tokens, cost = (
-        predict.speedup_of_rounds(alpha, lengths, c, ratio) if alpha is not None else (1.0, 1, 1)
+        predict.speedup_of_rounds(alpha, lengths, c, ratio) if alpha is not None else (1.0, 1.0, 1.0)
     )
     k = n_prompts  # runs are in prompt order, one repetition after another
     measured_reps = [
