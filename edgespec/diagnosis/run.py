@@ -321,9 +321,9 @@ def _result(
     accepted = sum(a for _, a in rounds)
     c = sum(r.draft_s for r in mine) / drafted / step_s if drafted and step_s > 0 else 0.0
     lengths = [d for d, _ in rounds]
-    pred, tokens, cost = (
-        predict.speedup_of_rounds(alpha, lengths, c, ratio) if alpha is not None else (1.0, 1.0, 1.0)
-    )
+    pred, tokens, cost = (1.0, 1.0, 1.0)  # nothing drafted: plain rounds
+    if alpha is not None:
+        pred, tokens, cost = predict.speedup_of_rounds(alpha, lengths, c, ratio)
     k = n_prompts  # runs are in prompt order, one repetition after another
     measured_reps = [
         _rate(mine[i : i + k]) / _rate(plain[i : i + k]) for i in range(0, len(plain), k)
