@@ -98,7 +98,7 @@ class Source:
         first = body.splitlines()[0].strip()
         self.line = next((i + 1 for i, x in enumerate(lines) if x.strip() == first), 1)
 
-    def window(self, before: int = 12, after: int = 12) -> str:
+    def window(self, before: int = 6, after: int = 6) -> str:
         """The file around the function, numbered like `cat -n`."""
         lines = self.text.splitlines()
         n_body = len(self.body.splitlines())
@@ -112,9 +112,9 @@ class Source:
 
 
 def sources() -> Iterator[Source]:
-    """One function of 600-1,600 characters from each stdlib module, in a fixed order."""
+    """One function of 500-1,200 characters from each stdlib module, in a fixed order."""
     for module, _path, text in stdlib_files():
-        for name, args, body in functions(text, 600, 1600):
+        for name, args, body in functions(text, 500, 1200):
             if len([a for a in args if a not in ("self", "cls")]) >= 1:
                 yield Source(module, text, name, args, body)
                 break
@@ -195,7 +195,7 @@ def grep_sites(s: Source) -> list[dict[str, str]]:
     msgs = opening(s, f"Who calls `{s.name}`? I want to change its signature.")
     lines = s.text.splitlines()
     hits = [f"{s.path}:{i + 1}:{x}" for i, x in enumerate(lines)
-            if re.search(rf"\b{re.escape(s.name)}\b|\b{re.escape(s.arg())}\b", x)][:24]  # fmt: skip
+            if re.search(rf"\b{re.escape(s.name)}\b|\b{re.escape(s.arg())}\b", x)][:16]  # fmt: skip
     msgs += [
         {
             "role": "assistant",
@@ -285,8 +285,8 @@ def write_test(s: Source) -> list[dict[str, str]]:
 def log_triage(s: Source) -> list[dict[str, str]]:
     msgs = opening(s, f"The nightly job fails somewhere in {s.path}. Look at the log.")
     entries = []
-    for i in range(18):
-        level = "ERROR" if i in (11, 12) else ("WARNING" if i % 7 == 3 else "INFO")
+    for i in range(12):
+        level = "ERROR" if i in (8, 9) else ("WARNING" if i % 7 == 3 else "INFO")
         what = (f"{s.name}() raised TypeError: unsupported operand for NoneType: '{s.arg()}'"
                 if level == "ERROR" else f"processed batch {i} ({40 + 3 * i} records) in "
                 f"{0.2 + i / 50:.2f}s")  # fmt: skip
@@ -296,7 +296,7 @@ def log_triage(s: Source) -> list[dict[str, str]]:
         {
             "role": "assistant",
             "content": "Reading the job's log.\n"
-            + call("run_shell", command="tail -n 18 /var/log/nightly.log", timeout_s=10),
+            + call("run_shell", command="tail -n 12 /var/log/nightly.log", timeout_s=10),
         },
         {"role": "user", "content": result("run_shell", "\n".join(entries))},
         {
@@ -344,7 +344,7 @@ KINDS: dict[str, Callable[[Source], list[dict[str, str]]]] = {
     "fix": fix_show, "write": write_whole, "grep": grep_sites, "commit": commit_message,
     "test": write_test, "log": log_triage, "json": json_edit, "explain": explain,
 }  # fmt: skip
-PER_KIND = 3
+PER_KIND = 2
 
 
 def to_toml(name: str, what: str, module: str, msgs: list[dict[str, str]]) -> str:
