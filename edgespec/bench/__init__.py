@@ -2,8 +2,10 @@
 
 workloads (prompt files), corpus (a corpus of texts in tuning and validation
 halves), runner (alternating timed runs in one process), llamacpp (llama.cpp's own
-binaries on the same workload), stats (pure statistics, projection, goals), report
-(JSON and Markdown tables), chart (PNG), memory (peak RSS).
+binaries on the same workload; llamaserver and vs_server: llama-server's decoding and
+n-gram drafters, compared), stats (pure statistics, projection, goals), report
+(JSON and Markdown tables), chart (PNG), memory (peak RSS), load (``--load N``: busy
+processes beside the measurement).
 
 Internal, as every module below ``edgespec``: the names a user or the harness in
 ``benchmarks/`` needs (``Workload``, ``builtin_workloads``, ``parse_workload``,
