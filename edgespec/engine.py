@@ -83,13 +83,11 @@ def speculative_step(
     need = [i for i, c in enumerate(certain) if c is None]
     # one target call scores the pending token and every draft token: g + 1 rows of p
     rows = target.decode([context[-1], *tokens], logits="all" if not certain else need)
-    logits = with_certain_rows(rows, certain, target.n_vocab) if certain else rows
-    if shaper is not None:  # row i penalised and masked after draft tokens 0..i-1
-        logits = shaper.rows(logits, tokens)  # (each shaped when first read)
-    if sampling.greedy:
-        n, nxt = accept_greedy(tokens, argmaxes(logits, shaper))
-        if shaper is not None and not logits[n].max() > -np.inf:
-            nxt = NO_TOKEN  # the grammar admits nothing here
+    raw = with_certain_rows(rows, certain, target.n_vocab) if certain else rows
+    # row i penalised and masked after draft tokens 0..i-1 (each shaped when first read)
+    logits = shaper.rows(raw, tokens) if shaper is not None else raw
+    if sampling.greedy:  # (NO_TOKEN where the grammar admits nothing)
+        n, nxt = accept_greedy(tokens, argmaxes(raw, shaper, tokens, certain))
         p = None
     else:
         q = [*map(_point_mass, head), *(draft.q or map(_point_mass, draft.tokens))]

@@ -5,10 +5,14 @@ position i with the draft's tokens 0..i-1 included: the same ``Shaper``, forked,
 walks the draft for the draft model (q) and for the target's verify rows (p).
 
 llguidance computes a grammar's mask over the whole vocabulary in about a tenth of a
-millisecond, so every shaped row is masked in full. Where the mask admits exactly one
-token, that token is certain under the constrained target: ``certain`` finds such
-rows, whose logits the verify call need not compute, and ``grammar_draft`` proposes
-what the grammar forces next.
+millisecond, once per state (the masks are shared by a shaper's forks); a row for
+sampling is masked in full. Greedy decoding needs less: the argmax of the unmasked
+row is the constrained argmax whenever the grammar admits it (the lowest id of the
+row's maximum is then the lowest among the admitted), which that token's bit of the
+bitmask tells (``Shaper.greedy``); only otherwise are the admitted ids read out.
+Where the mask admits exactly one token, that token is certain under the constrained
+target: ``certain`` finds such rows, whose logits the verify call need not compute,
+and ``grammar_draft`` proposes what the grammar forces next.
 """
 
 from __future__ import annotations
@@ -20,12 +24,21 @@ import numpy as np
 from .backend import GrammarMatcher, LlamaModel
 from .grammar import Grammar, GrammarError
 from .sampling import SamplingParams, TokenDist, apply_penalties, greedy_tokens, process_logits
+from .verify import NO_TOKEN
+
+#: a mask admitting tokens in at most this many of its 32-token words is applied by
+#: setting the admitted logits alone (else by a masked copy of the whole row)
+_SPARSE_WORDS = 256
 
 
 class Shaper:
     """Penalties (when ``sampling.penalized``) and a grammar state, at one position.
 
     ``push`` moves it past a token; ``fork`` gives an independent copy to walk a draft.
+    A shaper and its forks share the masks they compute, keyed by the tokens pushed
+    since the shaper (a state's mask is built once however many walks read it: the
+    grammar's draft, the certain rows, the verify rows, the next round's); a push on
+    the shaper itself keeps those of the states still ahead of it.
     """
 
     def __init__(
@@ -41,13 +54,17 @@ class Shaper:
         n = sampling.penalty_last_n if sampling.penalized else 0
         self._last_n = n
         self.history = list(history)[-n:] if n > 0 else list(history) if n < 0 else []
+        self._masks: dict[tuple[int, ...], np.ndarray] = {}  # path -> the state's bits
+        self._path: tuple[int, ...] = ()  # tokens pushed since the shaper (forks only)
+        self._forked = False
 
     def fork(self) -> Shaper:
-        """An independent copy (the grammar state cloned)."""
+        """An independent copy (the grammar state cloned; the masks shared)."""
         out = Shaper.__new__(Shaper)
         out.__dict__.update(self.__dict__)
         out.history = list(self.history)
         out.matcher = self.matcher.clone() if self.matcher is not None else None
+        out._forked = True
         return out
 
     def push(self, token: int) -> None:
@@ -58,26 +75,47 @@ class Shaper:
                 del self.history[0]
         if self.matcher is not None and not self.is_eog(token):
             self.matcher.accept(token)  # (an end of generation ends the output)
+            if self._forked:
+                self._path = (*self._path, token)
+            else:  # the masks of the states ahead of this one, re-keyed
+                ahead = {k[1:]: v for k, v in self._masks.items() if k and k[0] == token}
+                self._masks = ahead  # (forks made before keep the old table)
+
+    def _grammar(self) -> GrammarMatcher:
+        """The grammar state, its mask computed (or taken from a walk that computed it)."""
+        m = self.matcher
+        assert m is not None
+        if not m.has_bits:
+            known = self._masks.get(self._path)
+            if known is not None:
+                m.use_bits(known)
+            else:
+                self._masks[self._path] = m.bits()
+        return m
 
     def allows(self, token: int) -> bool:
         """Whether the grammar admits token here (always without a grammar)."""
-        if self.matcher is None:
-            return True
-        return bool(self.matcher.allowed(np.array([token]))[0])
+        return self.matcher is None or self._grammar().admits(token)
+
+    def only(self) -> int | None:
+        """The one token the grammar admits here, or None (none, several, no grammar)."""
+        return None if self.matcher is None else self._grammar().only()
 
     def admissible(self, tokens: Sequence[int]) -> int:
         """How many of a draft's tokens to verify: up to the first the grammar forbids
         (the target would reject it surely, p(x) = 0, and resample from p itself, as
         at the bonus position), and through an end of generation (which ends the output)."""
-        if self.matcher is None:
+        if self.matcher is None or not tokens:
             return len(tokens)
-        walk = self.fork()
+        walk = self
         for i, x in enumerate(tokens):
             if not walk.allows(x):
                 return i
             if self.is_eog(x):
                 return i + 1
-            walk.push(x)
+            if i + 1 < len(tokens):
+                walk = walk.fork() if walk is self else walk
+                walk.push(x)
         return len(tokens)
 
     def certain(self, tokens: Sequence[int]) -> list[int | None]:
@@ -89,11 +127,11 @@ class Shaper:
         walk = self.fork()
         out: list[int | None] = []
         for x in tokens:
-            out.append(walk.matcher.only())  # type: ignore[union-attr]
+            out.append(walk.only())
             if self.is_eog(x):
                 return [*out, None]  # (nothing is decoded after an end of generation)
             walk.push(x)
-        return [*out, walk.matcher.only()]  # type: ignore[union-attr]
+        return [*out, walk.only()]
 
     def grammar_draft(self, limit: int) -> list[int]:
         """Up to limit tokens the grammar forces next: while it admits a single token,
@@ -104,7 +142,7 @@ class Shaper:
         walk = self.fork()
         out: list[int] = []
         while len(out) < limit:
-            only = walk.matcher.only()  # type: ignore[union-attr]
+            only = walk.only()
             if only is not None:
                 out.append(only)
                 if self.is_eog(only):
@@ -122,9 +160,9 @@ class Shaper:
                 break
         return out
 
-    def rows(self, logits: Sequence[np.ndarray], draft: Sequence[int]) -> ShapedRows:
+    def rows(self, logits: Sequence[np.ndarray], draft: Sequence[int]) -> Sequence[np.ndarray]:
         """Verify rows shaped on demand: row i after the draft's tokens 0..i-1."""
-        return ShapedRows(logits, draft, self.fork())
+        return _Walked(len(logits), draft, self, lambda walk, i: walk.shape(logits[i]))
 
     def shape(self, row: np.ndarray) -> np.ndarray:
         """The row penalised and masked: -inf where the grammar forbids a token, or
@@ -134,12 +172,38 @@ class Shaper:
             row = apply_penalties(row, self.history, self.sampling)
         if self.matcher is None:
             return row
-        mask = self.matcher.mask()
-        n = len(mask)
+        grammar = self._grammar()
         out = np.full(len(row), -np.inf, dtype=np.float32)
         # (a draft vocabulary's extra tokens, which the target lacks, stay -inf)
+        if grammar.n_words() <= _SPARSE_WORDS:  # few admitted: set those alone
+            ids = grammar.allowed_ids()
+            ids = ids[ids < len(row)]
+            out[ids] = row[ids]
+            return out
+        mask = grammar.mask()
+        n = len(mask)
         np.copyto(out[:n], np.asarray(row[:n], dtype=np.float32), where=mask[: len(row)])
         return out
+
+    def greedy(self, row: np.ndarray) -> int:
+        """The argmax of the shaped row (lowest id on ties), or NO_TOKEN where the grammar
+        admits nothing with a finite logit: the raw argmax when the grammar admits it,
+        else the argmax over the admitted ids (a full mask built only then)."""
+        if self._last_n:
+            row = apply_penalties(row, self.history, self.sampling)
+        if self.matcher is None:
+            return int(np.argmax(row))
+        best = int(np.argmax(row))
+        grammar = self._grammar()
+        if row[best] > -np.inf and grammar.admits(best):
+            return best  # (NaN fails the test above and takes the masked path, as before)
+        ids = grammar.allowed_ids()
+        ids = ids[ids < len(row)]
+        if not len(ids):
+            return NO_TOKEN
+        values = row[ids]
+        at = int(np.argmax(values))
+        return int(ids[at]) if values[at] > -np.inf else NO_TOKEN
 
 
 def for_generation(
@@ -163,11 +227,24 @@ def for_generation(
     return Shaper(sampling, prompt_tokens, matcher, target.is_eog)
 
 
-def argmaxes(logits: Sequence[np.ndarray], shaper: Shaper | None) -> Sequence[int]:
-    """The target's greedy token at each verify row (shaped rows: each when first read)."""
+def argmaxes(
+    logits: Sequence[np.ndarray],
+    shaper: Shaper | None,
+    draft: Sequence[int] = (),
+    certain: Sequence[int | None] = (),
+) -> Sequence[int]:
+    """The target's greedy token at each verify row, row i after the draft's tokens
+    0..i-1 (with a shaper: each when first read, NO_TOKEN where the grammar admits none;
+    a certain row's token is its one admitted token, as ``with_certain_rows`` shapes)."""
     if shaper is None:
         return greedy_tokens(logits)
-    return Lazy(lambda i: int(greedy_tokens(logits[i])[0]), len(logits))
+
+    def greedy(walk: Shaper, i: int) -> int:
+        if i < len(certain) and certain[i] is not None:
+            return int(certain[i])  # type: ignore[arg-type]
+        return walk.greedy(logits[i])
+
+    return _Walked(len(logits), draft, shaper, greedy)
 
 
 def dists(
@@ -179,25 +256,31 @@ def dists(
     return Lazy(lambda i: process_logits(logits[i], sampling)[0], len(logits))
 
 
-class ShapedRows(Sequence[np.ndarray]):
-    """A round's verify rows, each shaped when first read (in order): the acceptance
-    rules stop at the first rejection, and rows after it are never shaped."""
+class _Walked(Sequence):
+    """fn(the shaper at verify row i, i) for a round's n rows, each when first read (in
+    order): the acceptance rules stop at the first rejection, and rows after it are never
+    read. Row 0 reads the shaper itself; a copy walks the draft only past it."""
 
-    def __init__(self, logits: Sequence[np.ndarray], draft: Sequence[int], walk: Shaper) -> None:
-        self._logits, self._draft, self._walk = logits, draft, walk
-        self._rows: list[np.ndarray] = []
+    def __init__(
+        self, n: int, draft: Sequence[int], shaper: Shaper, fn: Callable[[Shaper, int], object]
+    ) -> None:
+        self._n, self._draft, self._fn = n, draft, fn
+        self._walk, self._forked = shaper, False
+        self._rows: list[object] = []
 
     def __len__(self) -> int:
-        return len(self._logits)
+        return self._n
 
     def __getitem__(self, i):  # type: ignore[override]
-        if not 0 <= i < len(self._logits):
+        if not 0 <= i < self._n:
             raise IndexError(i)
         while len(self._rows) <= i:
             k = len(self._rows)
-            self._rows.append(self._walk.shape(self._logits[k]))
-            if k < len(self._draft):
-                self._walk.push(self._draft[k])
+            if k:  # past row 0: walk a copy over draft token k - 1
+                if not self._forked:
+                    self._walk, self._forked = self._walk.fork(), True
+                self._walk.push(self._draft[k - 1])
+            self._rows.append(self._fn(self._walk, k))
         return self._rows[i]
 
 

@@ -100,6 +100,29 @@ def _fully_masked(target: LlamaModel, row: np.ndarray, matcher) -> np.ndarray:
     return out
 
 
+def test_matcher_queries_agree_with_the_mask(models) -> None:
+    """admits, allowed_ids, only and allowed(ids) (read from the bitmask) say what the
+    full mask says, state by state along a constrained output."""
+    target, _ = models
+    rng = np.random.default_rng(3)
+    for grammar in (Grammar.from_json_schema(RECORD), Grammar.from_gbnf(FORCED)):
+        done = generate(target, "A record:", max_tokens=40, gamma=0, grammar=grammar)
+        matcher = target.grammar(grammar.spec)
+        for tok in done.tokens:
+            fresh = matcher.clone()  # asked before its mask is built
+            mask = matcher.allowed()
+            admitted = np.flatnonzero(mask)
+            ids = np.unique(np.r_[rng.integers(0, target.n_vocab, 64), admitted[:32], tok])
+            assert [fresh.admits(int(t)) for t in ids] == mask[ids].tolist()
+            assert matcher.allowed(ids).tolist() == mask[ids].tolist()
+            np.testing.assert_array_equal(matcher.allowed_ids(), admitted)
+            assert matcher.only() == (int(admitted[0]) if len(admitted) == 1 else None)
+            assert not fresh.admits(-1) and not fresh.admits(target.n_vocab)
+            if target.is_eog(tok):
+                break
+            matcher.accept(tok)
+
+
 @pytest.mark.parametrize(
     "sp",
     [
@@ -128,6 +151,7 @@ def test_shaped_rows_process_as_fully_masked_rows(models, sp: SamplingParams) ->
             got = shaper.shape(r)
             if sp.greedy:
                 assert greedy_tokens(got)[0] == greedy_tokens(full)[0]
+                assert shaper.greedy(r) == greedy_tokens(full)[0]  # no mask when admitted
                 x = int(greedy_tokens(full)[0])
             else:
                 a, b = process_logits(got, sp)[0], process_logits(full, sp)[0]
@@ -299,6 +323,17 @@ class _AdmitsNothing:
 
     def allowed(self, ids=None) -> np.ndarray:
         return self.mask() if ids is None else np.zeros(len(ids), dtype=bool)
+
+    def admits(self, token: int) -> bool:
+        return False
+
+    has_bits = True
+
+    def allowed_ids(self) -> np.ndarray:
+        return np.empty(0, dtype=np.int64)
+
+    def n_words(self) -> int:
+        return 0
 
     def only(self) -> None:
         return None

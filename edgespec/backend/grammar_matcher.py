@@ -29,45 +29,99 @@ _vocab_models: list[object] = []  # the vocabulary-only loads the tokenizers cal
 
 
 class GrammarMatcher:
-    """A grammar's state over one vocabulary: the tokens that may come next (``mask``),
-    advanced token by token (``accept``), cheap to ``clone``."""
+    """A grammar's state over one vocabulary: the tokens that may come next (``bits``,
+    llguidance's bitmask, computed once per state; read as a whole with ``mask``, or a
+    token at a time with ``admits``), advanced token by token (``accept``), cheap to
+    ``clone``.
+
+    Only the mask says what may come next: llguidance's ``validate_tokens`` walks a
+    token's bytes and also admits a split of forced text the mask excludes (where text
+    is forced the mask holds the tokenizer's first token of it alone)."""
 
     def __init__(self, matcher: llguidance.LLMatcher, n_vocab: int) -> None:
         self._m = matcher
         self.n_vocab = n_vocab
-        self._words = np.empty((n_vocab + 31) // 32, dtype=np.int32)
-        self._mask: np.ndarray | None = None  # of the current state, once computed
+        self._words: np.ndarray | None = None  # the mask's bits, once computed
+        self._mask: np.ndarray | None = None  # the mask unpacked, once asked for
 
     def clone(self) -> GrammarMatcher:
         """An independent copy of the current state."""
         out = GrammarMatcher(self._m.deep_copy(), self.n_vocab)
-        out._mask = self._mask
+        out._words, out._mask = self._words, self._mask
         return out
 
     def accept(self, token: int) -> None:
         """Advance past token, which ``mask`` must have admitted (ValueError otherwise)."""
         if not self._m.consume_token(token):
             raise ValueError(f"the grammar does not admit token {token}: {self._m.get_error()}")
-        self._mask = None
+        self._words = self._mask = None
+
+    def bits(self) -> np.ndarray:
+        """The mask as llguidance's bitmask: bit t % 32 of word t // 32 (read-only)."""
+        if self._words is None:
+            words = np.empty((self.n_vocab + 31) // 32, dtype=np.int32)
+            self._m.unsafe_compute_mask_ptr(words.ctypes.data, words.nbytes)
+            if self.n_vocab % 32:  # no bits past the vocabulary
+                words[-1] &= np.int32((1 << (self.n_vocab % 32)) - 1)
+            words.flags.writeable = False
+            self._words = words
+        return self._words
 
     def mask(self) -> np.ndarray:
         """For each token of the vocabulary, whether it may come next (read-only)."""
         if self._mask is None:
-            self._m.unsafe_compute_mask_ptr(self._words.ctypes.data, self._words.nbytes)
-            bits = np.unpackbits(self._words.view(np.uint8), bitorder="little")
+            bits = np.unpackbits(self.bits().view(np.uint8), bitorder="little")
             self._mask = bits[: self.n_vocab].view(bool)
             self._mask.flags.writeable = False
         return self._mask
 
     def allowed(self, ids: np.ndarray | None = None) -> np.ndarray:
         """For each of ids (default: the whole vocabulary), whether it may come next."""
-        mask = self.mask()
-        return mask if ids is None else mask[np.asarray(ids, dtype=np.int64)]
+        if ids is None:
+            return self.mask()
+        ids = np.asarray(ids, dtype=np.int64)
+        words = self.bits()
+        inside = (ids >= 0) & (ids < self.n_vocab)
+        at = np.where(inside, ids, 0)
+        return inside & ((words[at >> 5] >> (at & 31)) & 1).astype(bool)
+
+    def admits(self, token: int) -> bool:
+        """Whether token may come next: its bit of the mask (no full row unpacked)."""
+        if not 0 <= token < self.n_vocab:
+            return False
+        return bool((int(self.bits()[token >> 5]) >> (token & 31)) & 1)
+
+    @property
+    def has_bits(self) -> bool:
+        """Whether this state's mask is computed already."""
+        return self._words is not None
+
+    def use_bits(self, words: np.ndarray) -> None:
+        """Take this state's mask as computed elsewhere (``bits`` of an equal state)."""
+        self._words, self._mask = words, None
+
+    def allowed_ids(self) -> np.ndarray:
+        """The ids the grammar admits next, ascending (read from the bitmask's nonzero
+        words only: cheap where few are admitted)."""
+        words = self.bits()
+        nz = np.flatnonzero(words)
+        bits = np.unpackbits(words[nz].view(np.uint8).reshape(-1, 4), axis=1, bitorder="little")
+        return ((nz[:, None] << 5) + np.arange(32))[bits.astype(bool)]
+
+    def n_words(self) -> int:
+        """How many of the bitmask's 32-token words admit some token (a sparsity gauge)."""
+        return int(np.count_nonzero(self.bits()))
 
     def only(self) -> int | None:
         """The one token the grammar admits next, or None (none, or several)."""
-        allowed = np.flatnonzero(self.mask())
-        return int(allowed[0]) if len(allowed) == 1 else None
+        words = self.bits()
+        nz = np.flatnonzero(words)
+        if len(nz) != 1:
+            return None
+        w = int(words[nz[0]]) & 0xFFFFFFFF
+        if w & (w - 1):
+            return None
+        return int(nz[0]) * 32 + w.bit_length() - 1
 
     def forced_tokens(self) -> list[int]:
         """The tokens of the text the grammar forces next, as the tokenizer would split
