@@ -170,6 +170,9 @@ def stream_generate(
         if room <= 0:
             out.reason = StopReason.CONTEXT_FULL
             break
+        if shaper is not None and shaper.complete():
+            out.reason = StopReason.EOG  # the grammar admits only an end: no decode needed
+            break
         rnd += 1
         # never draft past max_tokens or the context (the round adds g + 1 tokens), and
         # verify in one llama_decode: at most n_batch rows

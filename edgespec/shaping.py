@@ -98,8 +98,31 @@ class Shaper:
         return self.matcher is None or self._grammar().admits(token)
 
     def only(self) -> int | None:
-        """The one token the grammar admits here, or None (none, several, no grammar)."""
-        return None if self.matcher is None else self._grammar().only()
+        """The one token the grammar admits here, or None (none, several, no grammar).
+        Where it admits ends of generation alone (Gemma's <eos> and <end_of_turn>), the
+        first: which of them ends the output changes nothing of it (no token, no text,
+        the same stop reason), so the row needs no logits either."""
+        if self.matcher is None:
+            return None
+        only = self._grammar().only()
+        return self._ends() if only is None else only
+
+    def complete(self) -> bool:
+        """Whether the grammar admits nothing but an end of generation here: the output
+        is complete, whatever the logits (none need computing)."""
+        if self.matcher is None:
+            return False
+        only = self._grammar().only()
+        return self.is_eog(only) if only is not None else self._ends() is not None
+
+    def _ends(self) -> int | None:
+        """The first of the ends of generation when the grammar admits nothing else."""
+        grammar = self._grammar()
+        if 0 < grammar.n_words() <= 4:
+            ids = grammar.allowed_ids()
+            if len(ids) and all(self.is_eog(int(x)) for x in ids):
+                return int(ids[0])
+        return None
 
     def admissible(self, tokens: Sequence[int]) -> int:
         """How many of a draft's tokens to verify: up to the first the grammar forbids
@@ -135,8 +158,9 @@ class Shaper:
 
     def grammar_draft(self, limit: int) -> list[int]:
         """Up to limit tokens the grammar forces next: while it admits a single token,
-        that token; then the text it forces, as the tokenizer would split it (a draft
-        the target verifies: it may prefer another split of the same text)."""
+        that token; then the text it forces, as the tokenizer would split it, its last
+        token too (a draft the target verifies: it may prefer another split of the same
+        text, or the forced text merged with what follows, as ``' "Ada'``)."""
         if self.matcher is None or limit <= 0:
             return []
         walk = self.fork()
@@ -150,7 +174,7 @@ class Shaper:
                 walk.push(only)
                 continue
             taken = 0
-            for x in walk.matcher.forced_tokens()[: limit - len(out)]:  # type: ignore[union-attr]
+            for x in walk.matcher.forced_text_tokens()[: limit - len(out)]:  # type: ignore[union-attr]
                 if not walk.allows(x):
                     break
                 out.append(x)

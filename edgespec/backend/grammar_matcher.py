@@ -38,15 +38,18 @@ class GrammarMatcher:
     token's bytes and also admits a split of forced text the mask excludes (where text
     is forced the mask holds the tokenizer's first token of it alone)."""
 
-    def __init__(self, matcher: llguidance.LLMatcher, n_vocab: int) -> None:
+    def __init__(
+        self, matcher: llguidance.LLMatcher, n_vocab: int, tok: llguidance.LLTokenizer
+    ) -> None:
         self._m = matcher
+        self._tok = tok
         self.n_vocab = n_vocab
         self._words: np.ndarray | None = None  # the mask's bits, once computed
         self._mask: np.ndarray | None = None  # the mask unpacked, once asked for
 
     def clone(self) -> GrammarMatcher:
         """An independent copy of the current state."""
-        out = GrammarMatcher(self._m.deep_copy(), self.n_vocab)
+        out = GrammarMatcher(self._m.deep_copy(), self.n_vocab, self._tok)
         out._words, out._mask = self._words, self._mask
         return out
 
@@ -128,6 +131,13 @@ class GrammarMatcher:
         it (llguidance leaves out a last token that longer text could still merge into)."""
         return list(self._m.compute_ff_tokens())
 
+    def forced_text_tokens(self) -> list[int]:
+        """All the text the grammar forces next, tokenized: ``forced_tokens`` and the
+        last token it leaves out (``' "'`` before a string value, which the value's first
+        characters may merge into: a guess for a draft, which the target verifies)."""
+        forced = self._m.compute_ff_bytes()
+        return list(self._tok.tokenize_bytes(forced)) if forced else []
+
     def close(self) -> None:
         """Release the matcher (idempotent)."""
         self._m = None  # type: ignore[assignment]
@@ -150,7 +160,7 @@ def matcher_for(path: Path, spec: str) -> GrammarMatcher:
     m = llguidance.LLMatcher(tok, spec, log_level=0)
     if m.is_error():
         raise ValueError(" ".join(m.get_error().split())[:300])
-    return GrammarMatcher(m, n_vocab)
+    return GrammarMatcher(m, n_vocab, tok)
 
 
 def tokenizer_for(path: Path) -> tuple[llguidance.LLTokenizer, int]:
