@@ -31,6 +31,7 @@ class VerifyCurve:
     ratios: dict[int, float]  # cost(k) / cost(1) for the timed sizes
     origin: str  # where the curve came from (cache, measured now, noisy)
     noisy: bool
+    measured: dict[int, float] = field(default_factory=dict)  # cost(k) / cost(1) in the runs
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,8 @@ class DrafterResult:
     alpha: float | None  # per-token acceptance
     draft_cost: float  # one draft token's time / one plain step's
     proposal_rate: float  # share of rounds that drafted anything (a lookup's < 1)
+    verify_ratio: float  # cost(gamma + 1) / cost(1) as priced: measured in the runs
+    calibrated_ratio: float  # ... and as the calibrated curve says
     tokens_per_round: float  # E, predicted from alpha
     round_cost: float  # a round's cost in plain steps, predicted
     predicted: float  # speed-up over plain, by the formula
@@ -117,19 +120,24 @@ class DoctorReport:
             f"verify      8 rows cost {c.ratio_8:.2f}x one: {c.regime} "
             f"(curve {c.origin}{', noisy' if c.noisy else ''}); a plain step {c.step_ms:.1f} ms, "
             f"{self.plain_tokens_per_second:.1f} tok/s",
+            *(
+                [f"            in the runs: {_sizes(c.measured)} (verify time over a plain step's)"]
+                if c.measured
+                else []
+            ),
             f"prompts     {len(self.prompts)} x {self.max_tokens} tokens, {self.reps} "
             f"repetition{'s' if self.reps != 1 else ''}, greedy",
             "",
-            f"{'drafter':<28} {'gamma':>5} {'alpha':>6} {'draft c':>8} {'E tok':>6} "
-            f"{'cost':>6} {'predicted':>9} {'measured':>9}",
+            f"{'drafter':<28} {'gamma':>5} {'alpha':>6} {'draft c':>8} {'verify':>7} "
+            f"{'E tok':>6} {'cost':>6} {'predicted':>9} {'measured':>9}",
         ]
         for d in self.drafters:
             alpha = f"{d.alpha:.2f}" if d.alpha is not None else "-"
             measured = f"{d.measured:.2f}x" if d.measured is not None else "-"
             lines.append(
                 f"{d.label[:28]:<28} {d.gamma:>5} {alpha:>6} {d.draft_cost:>8.2f} "
-                f"{d.tokens_per_round:>6.2f} {d.round_cost:>6.2f} {d.predicted:>8.2f}x "
-                f"{measured:>9}"
+                f"{d.verify_ratio:>6.2f}x {d.tokens_per_round:>6.2f} {d.round_cost:>6.2f} "
+                f"{d.predicted:>8.2f}x {measured:>9}"
             )
         lines.append("")
         lines += [f"- {d.label}: {d.verdict}" for d in self.drafters if d.verdict]
@@ -144,3 +152,8 @@ class DoctorReport:
         lines.append(f"recommend   --draft {r.draft}{gamma}: {r.reason}")
         lines.append(f"({self.elapsed_s:.0f} s)")
         return "\n".join(lines)
+
+
+def _sizes(ratios: dict[int, float], most: int = 6) -> str:
+    """'k rows Rx one' for the most-verified sizes (the first ``most``)."""
+    return ", ".join(f"{k} rows {r:.2f}x" for k, r in list(ratios.items())[:most])

@@ -7,22 +7,25 @@ decoding and each drafter on every prompt, alternating, from empty caches, greed
 Before them a short probe run per drafter measures its acceptance to pick the gamma
 it is then measured at (unless ``gamma`` is given). Every speculative output is
 compared with the plain output of its prompt, token for token.
+
+The prediction prices each round's verify as the timed runs measured it (the median
+round of its size over the median plain step): the calibrated curve was measured at
+a depth of 64 tokens, perhaps on a quieter or busier machine, and the report shows
+where the two disagree.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..backend import LlamaModel
 from ..bench.runner import LoadedDrafter, short_name
 from ..bench.stats import median
 from ..drafting import Drafter, build_drafter
-from ..engine import generate, stream_generate
+from ..engine import generate
 from ..errors import InvalidParameterError
-from ..events import DoneEvent, RoundEvent
 from ..loading import LoadOptions, load_pair, resolve_model
 from ..policy.costs import (
     MAX_VERIFY,
@@ -37,25 +40,13 @@ from ..policy.costs import (
 from . import predict
 from .environment import environment
 from .prompts import Prompt, default_prompts, history_prompts, read_prompts
-from .report import DoctorReport, DrafterResult, Exactness, VerifyCurve
+from .report import DoctorReport, DrafterResult, VerifyCurve
+from .timing import Run, exactness, measure, measured_ratios, probe, rate
 from .verdict import recommend, verdict
 
-PROBE_GAMMA = 4  # the probe's draft length, from whose acceptance gamma is chosen
-PROBE_TOKENS = 32
 DEFAULT_MAX_TOKENS = 64
 DEFAULT_REPS = 3
 DEFAULT_BUDGET_S = 60.0
-
-
-@dataclass
-class Run:
-    """One timed greedy generation."""
-
-    tokens: tuple[int, ...]
-    generated: int
-    decode_s: float
-    draft_s: float
-    rounds: list[tuple[int, int]] = field(default_factory=list)  # (drafted, accepted)
 
 
 def doctor(
@@ -115,18 +106,20 @@ def doctor(
         for d in drafters.values():
             generate(model, "Hello", drafter=d.fresh(), max_tokens=4, gamma=2)
         max_gamma = min(MAX_VERIFY, model.n_batch) - 1
-        gammas, probes = _probe(
-            model, drafters, rendered, curve, ratio, (max_gamma, max_tokens, gamma), say
-        )
-        runs = _measure(model, drafters, rendered, gammas, max_tokens, reps, t0, budget_s, say)
+        timed = set(curve.timed_sizes())
+        gammas, probes = dict.fromkeys(drafters, gamma or 0), {}
+        if gamma is None:
+            limits = (timed, max_gamma, max_tokens)
+            gammas, probes = probe(model, drafters, rendered, curve.cost(1), ratio, limits, say)
+        runs = measure(model, drafters, rendered, gammas, (max_tokens, reps, t0, budget_s), say)
         plain = runs["plain"]
         step_s = sum(r.decode_s for r in plain) / max(1, sum(r.generated for r in plain))
+        in_runs = measured_ratios(runs)
         results = [
-            _result(spec, label, gammas[label], runs, len(rendered), step_s, ratio)
+            _result(spec, label, gammas[label], runs, len(rendered), step_s, (ratio, in_runs))
             for label, spec in zip(drafters, specs, strict=True)
         ]
-        exact = _exactness(runs, probes, len(rendered))
-        ratios = {k: ratio(k) for k in curve.timed_sizes() if k <= max_gamma + 1}
+        exact = exactness(runs, probes, len(rendered))
         return DoctorReport(
             target=str(model.path),
             environment=environment(model, opts.gpu_layers),
@@ -134,9 +127,10 @@ def doctor(
                 step_ms=step_s * 1000,
                 ratio_8=ratio(8),
                 regime=predict.regime(ratio(8)),
-                ratios=ratios,
+                ratios={k: ratio(k) for k in sorted(timed) if k <= max_gamma + 1},
                 origin=_origin(curve),
                 noisy=curve.noisy,
+                measured=in_runs,
             ),
             prompts=[p.name for p in chosen],
             max_tokens=max_tokens,
@@ -215,95 +209,6 @@ def _ratio(curve: CostCurve) -> Callable[[int], float]:
     return lambda k: curve.cost(k) / one
 
 
-def _probe(
-    model: LlamaModel,
-    drafters: dict[str, LoadedDrafter],
-    prompts: list[str | list[int]],
-    curve: CostCurve,
-    ratio: Callable[[int], float],
-    limits: tuple[int, int, int | None],
-    say: Callable[[str], object],
-) -> tuple[dict[str, int], dict[str, list[Run]]]:
-    """Each drafter's gamma: ``gamma`` if given, else the best predicted from a short
-    run at PROBE_GAMMA on every prompt (whose outputs are checked for exactness too).
-
-    limits: (the longest gamma, max_tokens, the gamma asked for or None)."""
-    max_gamma, max_tokens, gamma = limits
-    if gamma is not None:
-        return dict.fromkeys(drafters, gamma), {}
-    gammas: dict[str, int] = {}
-    probes: dict[str, list[Run]] = {}
-    timed = set(curve.timed_sizes())
-    for label, d in drafters.items():
-        runs = [
-            _run(model, d.fresh(), p, min(PROBE_TOKENS, max_tokens), PROBE_GAMMA) for p in prompts
-        ]
-        probes[label] = runs
-        rounds = [r for run in runs for r in run.rounds]
-        alpha = predict.alpha_of(rounds)
-        drafted = sum(d for d, _ in rounds)
-        if alpha is None or not drafted:
-            gammas[label] = min(PROBE_GAMMA, max_gamma)
-            continue
-        c = sum(r.draft_s for r in runs) / drafted / curve.cost(1)
-        rate = sum(1 for d, _ in rounds if d > 0) / len(rounds)
-        gammas[label], pred = predict.best_gamma(alpha, c, ratio, timed, max_gamma, rate)
-        say(
-            f"probe {label}: alpha {alpha:.2f}, a draft token {c:.2f} of a step: gamma "
-            f"{gammas[label]} ({pred:.2f}x predicted)"
-        )
-    return gammas, probes
-
-
-def _measure(
-    model: LlamaModel,
-    drafters: dict[str, LoadedDrafter],
-    prompts: list[str | list[int]],
-    gammas: dict[str, int],
-    max_tokens: int,
-    reps: int,
-    t0: float,
-    budget_s: float,
-    say: Callable[[str], object],
-) -> dict[str, list[Run]]:
-    """Plain and every drafter on every prompt, alternating (order reversed on odd
-    repetitions), until ``reps`` repetitions or the budget; runs in prompt order."""
-    configs = ["plain", *drafters]
-    runs: dict[str, list[Run]] = {c: [] for c in configs}
-    for rep in range(reps):
-        start = time.perf_counter()
-        for p in prompts:
-            for c in configs if rep % 2 == 0 else configs[::-1]:
-                if c == "plain":
-                    runs[c].append(_run(model, None, p, max_tokens, 0))
-                else:
-                    runs[c].append(_run(model, drafters[c].fresh(), p, max_tokens, gammas[c]))
-        now = time.perf_counter()
-        say(f"repetition {rep + 1}: {now - start:.1f} s")
-        if now - t0 + (now - start) > budget_s:
-            break
-    return runs
-
-
-def _run(
-    model: LlamaModel, drafter: Drafter | None, prompt: str | list[int], max_tokens: int, g: int
-) -> Run:
-    """One greedy generation from empty caches, its rounds recorded."""
-    model.reset()
-    rounds: list[tuple[int, int]] = []
-    done: DoneEvent | None = None
-    for ev in stream_generate(
-        model, prompt, drafter=drafter, max_tokens=max_tokens, gamma=g if drafter else 0
-    ):
-        if isinstance(ev, RoundEvent):
-            rounds.append((ev.drafted, ev.accepted))
-        elif isinstance(ev, DoneEvent):
-            done = ev
-    assert done is not None
-    s = done.stats
-    return Run(done.tokens, s.generated, s.decode_s, s.draft_s, rounds)
-
-
 def _result(
     spec: str,
     label: str,
@@ -311,22 +216,29 @@ def _result(
     runs: dict[str, list[Run]],
     n_prompts: int,
     step_s: float,
-    ratio: Callable[[int], float],
+    ratios: tuple[Callable[[int], float], dict[int, float]],
 ) -> DrafterResult:
-    """A drafter's acceptance, draft cost, predicted and measured speed-ups."""
+    """A drafter's acceptance, draft cost, predicted and measured speed-ups.
+
+    ratios: the calibrated verify ratio, and the ones the runs measured by batch size;
+    the prediction prices each round's verify as the runs measured it where they did."""
+    calibrated, in_runs = ratios
+
+    def priced(k: int) -> float:
+        return in_runs.get(k, calibrated(k))
+
     mine, plain = runs[label], runs["plain"]
-    rounds = [r for run in mine for r in run.rounds]
+    rounds = [r for run in mine for r in run.pairs]
     alpha = predict.alpha_of(rounds)
     drafted = sum(d for d, _ in rounds)
-    accepted = sum(a for _, a in rounds)
     c = sum(r.draft_s for r in mine) / drafted / step_s if drafted and step_s > 0 else 0.0
     lengths = [d for d, _ in rounds]
     pred, tokens, cost = (1.0, 1.0, 1.0)  # nothing drafted: plain rounds
     if alpha is not None:
-        pred, tokens, cost = predict.speedup_of_rounds(alpha, lengths, c, ratio)
+        pred, tokens, cost = predict.speedup_of_rounds(alpha, lengths, c, priced)
     k = n_prompts  # runs are in prompt order, one repetition after another
     measured_reps = [
-        _rate(mine[i : i + k]) / _rate(plain[i : i + k]) for i in range(0, len(plain), k)
+        rate(mine[i : i + k]) / rate(plain[i : i + k]) for i in range(0, len(plain), k)
     ]
     decode = sum(r.decode_s for r in mine)
     result = DrafterResult(
@@ -336,45 +248,16 @@ def _result(
         alpha=alpha,
         draft_cost=c,
         proposal_rate=sum(1 for d in lengths if d > 0) / len(lengths) if lengths else 0.0,
+        verify_ratio=priced(gamma + 1),
+        calibrated_ratio=calibrated(gamma + 1),
         tokens_per_round=tokens,
         round_cost=cost,
         predicted=pred,
         measured=median(measured_reps) if measured_reps else None,
         measured_reps=measured_reps,
         drafted=drafted,
-        accepted=accepted,
+        accepted=sum(a for _, a in rounds),
         rejections=sum(1 for d, a in rounds if a < d),
         tokens_per_second=sum(r.generated for r in mine) / decode if decode > 0 else 0.0,
     )
-    return verdict(result, ratio)
-
-
-def _rate(runs: list[Run]) -> float:
-    decode = sum(r.decode_s for r in runs)
-    return sum(r.generated for r in runs) / decode if decode > 0 else 0.0
-
-
-def _exactness(runs: dict[str, list[Run]], probes: dict[str, list[Run]], n: int) -> Exactness:
-    """Every speculative run (and every later plain one) against the first plain run of
-    its prompt: equal token for token (a probe, shorter, against its prefix)."""
-    plain = runs["plain"][:n]
-    mismatches: list[str] = []
-    compared = rejections = count = 0
-    checked = [(c, rs) for c, rs in runs.items()] + [(f"{c} probe", rs) for c, rs in probes.items()]
-    for config, rs in checked:
-        for i, run in enumerate(rs):
-            if config == "plain" and i < n:
-                continue
-            ref = plain[i % n].tokens
-            want = ref[: len(run.tokens)] if config.endswith("probe") else ref
-            count += config != "plain"
-            rejections += sum(1 for d, a in run.rounds if a < d)
-            compared += len(run.tokens)
-            if run.tokens != want:
-                at = next(
-                    (j for j, (a, b) in enumerate(zip(run.tokens, want, strict=False)) if a != b),
-                    min(len(run.tokens), len(want)),
-                )
-                mismatches.append(f"{config}, prompt {i % n + 1}: differs from plain at token {at}")
-    note = "" if rejections else "no draft was rejected: the check exercised no rollback"
-    return Exactness(not mismatches, count, compared, rejections, mismatches, note)
+    return verdict(result)

@@ -9,17 +9,21 @@ from .report import DrafterResult, Exactness, Recommendation
 
 MIN_ADVANTAGE = 1.05  # a drafter must be predicted to beat plain by this much
 DISAGREE = 0.15  # predicted and measured further apart than this: said so
+CALIBRATION_OFF = 0.25  # a verify in the runs this far from the calibrated curve: said so
 
 
-def verdict(d: DrafterResult, ratio: Callable[[int], float]) -> DrafterResult:
+def verdict(d: DrafterResult) -> DrafterResult:
     """``d`` with its verdict: whether it pays here, and the arithmetic of why."""
     if d.alpha is None:
         why = "it drafted nothing on these prompts (no lookup match): it can only cost"
         return dataclasses.replace(d, verdict=why)
-    row = (ratio(d.gamma + 1) - 1.0) / d.gamma
+    row = (d.verify_ratio - 1.0) / d.gamma
+    calibrated = ""
+    if abs(d.verify_ratio / d.calibrated_ratio - 1.0) > CALIBRATION_OFF:
+        calibrated = f"; the calibrated curve says {d.calibrated_ratio:.2f}x"
     parts = [
         f"a verify row costs {row:.2f} of a step here ({d.gamma + 1} rows "
-        f"{ratio(d.gamma + 1):.2f}x one)",
+        f"{d.verify_ratio:.2f}x one{calibrated})",
         f"the draft costs {d.draft_cost:.2f} of a step per token",
     ]
     if d.proposal_rate < 1.0:
