@@ -124,6 +124,18 @@ def test_best_gamma_only_at_timed_sizes_and_a_lookups_rounds() -> None:
     assert predict.regime(1.2) == "memory-bound" and predict.regime(3.5) == "compute-bound"
 
 
+def test_gamma_is_chosen_on_the_envelope_and_rounds_priced_as_measured() -> None:
+    from edgespec.diagnosis.timing import Run, envelope, measured_ratios
+
+    dip = {1: 1.0, 2: 1.2, 4: 2.0, 8: 1.5, 16: 4.0}  # 8 rows timed cheaper than 4: a dip
+    priced = envelope(lambda k: dip[k], dip)
+    assert [priced(k) for k in (1, 2, 4, 8, 16)] == [1.0, 1.2, 2.0, 2.0, 4.0]
+    plain = [Run((1,), 1, 0.1, 0.0, [(0, 0, 0.010), (0, 0, 0.012), (0, 0, 0.010)])]
+    spec = [Run((1,), 1, 0.1, 0.0, [(3, 1, 0.030), (3, 3, 0.034), (1, 0, 0.015), (0, 0, 0.01)])]
+    got = measured_ratios({"plain": plain, "ngram": spec})
+    assert got == {2: pytest.approx(1.5), 4: pytest.approx(3.2)}
+
+
 # ---------------------------------------------------------------- on the synthetic models
 
 
