@@ -123,6 +123,34 @@ def test_matcher_queries_agree_with_the_mask(models) -> None:
             matcher.accept(tok)
 
 
+def test_forks_share_masks_of_equal_states_only(models) -> None:
+    """A shaper's forks reuse a mask computed for the same tokens since the shaper, and
+    never one of another state (a push on the shaper re-keys the masks ahead of it)."""
+    target, _ = models
+    grammar = Grammar.from_json_schema(RECORD)
+    done = generate(target, "A record:", max_tokens=40, gamma=0, grammar=grammar)
+    out = [t for t in done.tokens if not target.is_eog(t)]
+    root = Shaper(SamplingParams(), [], target.grammar(grammar.spec), target.is_eog)
+
+    def fresh(tokens) -> np.ndarray:
+        m = target.grammar(grammar.spec)
+        for t in tokens:
+            m.accept(t)
+        return m.allowed()
+
+    for at in range(0, len(out) - 4, 3):
+        walks = [root.fork() for _ in range(3)]
+        for k, walk in enumerate(walks):
+            for t in out[at : at + k + 2]:
+                walk.push(t)
+            want = np.flatnonzero(fresh(out[: at + k + 2]))
+            np.testing.assert_array_equal(walk._grammar().allowed_ids(), want)
+            assert walk._grammar().only() == (int(want[0]) if len(want) == 1 else None)
+        for t in out[at : at + 3]:
+            root.push(t)
+        np.testing.assert_array_equal(root._grammar().mask(), fresh(out[: at + 3]))
+
+
 @pytest.mark.parametrize(
     "sp",
     [
