@@ -213,6 +213,24 @@ def test_cli_json_and_bad_input(synthetic_models, tmp_path: Path, capsys) -> Non
     assert "given more than once" in capsys.readouterr().err
 
 
+def test_cli_measures_on_a_saved_history(synthetic_models, tmp_path: Path, capsys) -> None:
+    target = synthetic_models["target"]
+    with edgespec.LlamaModel(target, n_ctx=256, n_threads=1) as m:
+        tokens = [m.tokenize(p) for p in PROMPTS]
+    history = edgespec.LookupHistory(model=target.name)
+    for t in tokens:
+        history.add(t + t[1:])  # a prompt and an output that repeats it
+    history.save(tmp_path / "history.json")
+    argv = ["doctor", "--target", str(target), "--ctx", "512", "--threads", "1"]
+    argv += ["--max-tokens", "8", "--reps", "1", "--gamma", "2", "--json"]
+    assert main([*argv, "--history-file", str(tmp_path / "history.json")]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["ok"] and data["prompts"] == ["history.json request 1", "history.json request 2"]
+    both = ["--history-file", str(tmp_path / "history.json"), "--prompts", str(tmp_path / "p")]
+    assert main([*argv, *both]) == 1
+    assert "not both" in capsys.readouterr().err
+
+
 def test_help_names_the_options() -> None:
     from edgespec.cli import build_parser
 
