@@ -197,6 +197,11 @@ def stream_generate(
             # the cost curve, if not measured yet: one batch, rolled back (the cache
             # holds out.context[:-1] again), after this round's tokens went out
             policy.measure_gap(target, stats.wall_s)
+    # the cache as plain decoding leaves it: drafts accepted past the end (an end-of-
+    # generation token or a stop string) go, so a next turn decodes the same positions
+    # on the same kernels, speculative or plain (docs/architecture.md, "Prompt kernels")
+    ended = out.reason in (StopReason.EOG, StopReason.GRAMMAR)  # (the last token decoded)
+    target.truncate(min(len(target.tokens), len(out.context) - (not ended)))
     stats = replace(stats, generated=len(out.tokens), wall_s=time.perf_counter() - t_start)
     yield out.done(stats)
 

@@ -19,6 +19,7 @@ class ReusesPrefix:
     (a model's own sequence, or one sequence of a shared context)."""
 
     tokens: list[int]
+    tiled_at: bytearray  # 1 where the tiled kernel computed the position (a prompt's)
     redecodes: int
 
     def truncate(self, n: int) -> None:  # pragma: no cover (each class has its own)
@@ -37,22 +38,28 @@ class ReusesPrefix:
     def rebuild(self, n: int, start: int) -> None:
         """After a rollback to n the cache could not keep: decode the first n tokens
         again, from ``start`` (a checkpoint restored the first ``start``) or, at 0,
-        from an emptied cache."""
-        keep = self.tokens[:n]
+        from an emptied cache. Each position on the kernel that first computed it
+        (``tiled_at``), so its cells come back bit for bit."""
+        keep, tiled = self.tokens[:n], bytes(self.tiled_at[:n])
         if start:
-            del self.tokens[start:]
+            del self.tokens[start:], self.tiled_at[start:]
         else:
             self.reset()
             self.redecodes += 1
-        if keep[start:]:
-            self.decode(keep[start:], logits="none")
+        while start < n:  # runs of one kernel
+            end = start + 1
+            while end < n and tiled[end] == tiled[start]:
+                end += 1
+            self.decode(keep[start:end], logits="none", tiled=bool(tiled[start]))
+            start = end
 
     def reset(self) -> None:  # pragma: no cover (each class has its own)
         """Empty the cache."""
         raise NotImplementedError
 
     def decode(  # pragma: no cover (each class has its own)
-        self, tokens: Sequence[int], *, logits: str | Sequence[int] = "last"
-    ) -> object:
+        self, tokens: Sequence[int], *, logits: str | Sequence[int] = "last",
+        tiled: bool | None = None,
+    ) -> object:  # fmt: skip
         """Append tokens to the cache."""
         raise NotImplementedError

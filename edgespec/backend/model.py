@@ -21,12 +21,12 @@ import numpy as np
 from ..errors import BackendError, ModelLoadError, RpcWorkerLost
 from ..files import check_gguf_file
 from ..prefix import ReusesPrefix
-from .bindings import ll, swa_ring
+from .bindings import decode_in_mode, ll, swa_ring, tiled_mode
 from .checkpoints import is_prefill, window_checkpoints
 from .compute import ComputeThread, local_compute
 from .kernels import FAST_KERNELS, REPACK_WEIGHTS, default_threads
 from .log import _failure_reason, _log_tail
-from .rows import decode_rows
+from .rows import decode_rows, prompt_rows
 from .rpc import rpc_devices, rpc_worker_lost
 from .rpc_watch import DEFAULT_RPC_TIMEOUT_S, check_rpc_timeout, watched
 from .vocab import Vocabulary
@@ -173,18 +173,29 @@ class LlamaModel(ReusesPrefix, Vocabulary):
         self.n_batch = min(n_batch, ll.llama_n_batch(ctx))
         self._batch = ll.llama_batch_init(n_batch, 0, 1)
         self.tokens: list[int] = []
+        #: 1 where the tiled kernel computed that position (a prompt's; see decode)
+        self.tiled_at = bytearray()
+        # prompts on the tiled kernel: a CPU context of a llama.cpp with the mode patch
+        self.tiled_prompts = tiled_mode() and n_gpu_layers == 0 and not self.rpc
         self.redecodes = 0  # times a rollback had to rebuild the cache by re-decoding
         self._views: list = []  # sequence(i) views, made on first use
         self.checkpoints = window_checkpoints(self, 0)
 
     # --- context ----------------------------------------------------------
 
-    def decode(self, tokens: Sequence[int], *, logits: str | Sequence[int] = "last") -> np.ndarray:
+    def decode(
+        self, tokens: Sequence[int], *, logits: str | Sequence[int] = "last",
+        tiled: bool | None = None,
+    ) -> np.ndarray:  # fmt: skip
         """Append tokens to the cache and return logits for some of them.
 
         Args:
             tokens: ids to process at positions len(self.tokens)...
             logits: "last", "all", "none", or indices into ``tokens``.
+            tiled: the kernel of the rows (``tiled_at``): None, the prompt's rule
+                (``rows.prompt_rows``: a prefill's rows, or all but the last of "last",
+                on the tiled kernel, where the loaded llama.cpp offers it); True or
+                False, every row on the tiled or the one-row kernel (a rebuild).
 
         Returns:
             A (rows, n_vocab) float32 view into llama.cpp's buffer, valid until the
@@ -192,23 +203,39 @@ class LlamaModel(ReusesPrefix, Vocabulary):
         """
         self._check_workers()
         n = len(tokens)
-        rows, last_start = decode_rows(n, logits, held=len(self.tokens), n_ctx=self.n_ctx,
-                                       n_batch=self.n_batch)  # fmt: skip
-        wanted = set(rows)
-        for start in range(0, n, self.n_batch):
-            chunk = tokens[start : start + self.n_batch]
-            self._fill_batch(chunk, [start + i in wanted for i in range(len(chunk))])
-            with watched(self.rpc, self.rpc_timeout):
-                rc = (self._compute or local_compute()).run(ll.llama_decode, self._ctx, self._batch)
-            if rc != 0:
-                self._resync_after_failure()
-                raise BackendError(f"llama_decode failed with code {rc}")
-            self.tokens.extend(chunk)
+        rows, _ = decode_rows(n, logits, held=len(self.tokens), n_ctx=self.n_ctx,
+                              n_batch=self.n_batch)  # fmt: skip
+        # Each kernel gives a row the same logits whatever the batch (see kernels.py), so
+        # a position decoded again (a rebuild) on the kernel it was first decoded on
+        # gets back its cells bit for bit: docs/architecture.md, "Prompt kernels"
+        k = prompt_rows(n, logits, tiled) if self.tiled_prompts else 0
+        last = 0  # where the last llama_decode's tokens start
+        for start, end in ((0, k), (k, n)):
+            if end > start:
+                wanted = {r - start for r in rows if start <= r < end}
+                last = start + self._decode_run(tokens[start:end], wanted, tiled=start < k)
         if self.checkpoints is not None and is_prefill(tokens, logits):
             self.checkpoints.take(self.tokens)
         if not rows:
             return np.empty((0, self.n_vocab), dtype=np.float32)
-        return self._logit_rows([r - last_start for r in rows])
+        return self._logit_rows([r - last for r in rows])
+
+    def _decode_run(self, tokens: Sequence[int], wanted: set[int], *, tiled: bool) -> int:
+        """Decode tokens in batches of n_batch on one kernel; where the last batch starts."""
+        start = 0
+        for start in range(0, len(tokens), self.n_batch):
+            chunk = tokens[start : start + self.n_batch]
+            self._fill_batch(chunk, [start + i in wanted for i in range(len(chunk))])
+            with watched(self.rpc, self.rpc_timeout):
+                rc = (self._compute or local_compute()).run(
+                    decode_in_mode, self._ctx, self._batch, tiled
+                )
+            if rc != 0:
+                self._resync_after_failure()
+                raise BackendError(f"llama_decode failed with code {rc}")
+            self.tokens.extend(chunk)
+            self.tiled_at.extend(bytes([tiled]) * len(chunk))
+        return start
 
     def _fill_batch(self, tokens: Sequence[int], want_logits: Sequence[bool]) -> None:
         self._fill_rows([(0, len(self.tokens), tokens, want_logits)])
@@ -228,14 +255,17 @@ class LlamaModel(ReusesPrefix, Vocabulary):
         b.n_tokens = i
 
     def _decode_parts(
-        self, parts: Sequence[tuple[int, int, Sequence[int], Sequence[bool]]]
+        self, parts: Sequence[tuple[int, int, Sequence[int], Sequence[bool]]], tiled: bool = False
     ) -> list[np.ndarray]:
-        """One llama_decode over (seq_id, first position, tokens, want_logits) parts; a
-        copy of each part's wanted logit rows (the parts hold n_batch tokens at most)."""
+        """One llama_decode over (seq_id, first position, tokens, want_logits) parts, on
+        the tiled kernel or the one-row one; a copy of each part's wanted logit rows (the
+        parts hold n_batch tokens at most)."""
         self._check_workers()
         self._fill_rows(parts)
         with watched(self.rpc, self.rpc_timeout):
-            rc = (self._compute or local_compute()).run(ll.llama_decode, self._ctx, self._batch)
+            rc = (self._compute or local_compute()).run(
+                decode_in_mode, self._ctx, self._batch, tiled and self.tiled_prompts
+            )
         if rc != 0:
             raise BackendError(f"llama_decode failed with code {rc}")
         out, row = [], 0
@@ -291,7 +321,7 @@ class LlamaModel(ReusesPrefix, Vocabulary):
         if n < 0:
             raise BackendError(f"cannot truncate to {n} tokens")
         if self.rolled_back(0, n):
-            del self.tokens[n:]
+            del self.tokens[n:], self.tiled_at[n:]
             return
         start = self.checkpoints.restore(self.tokens, n) if self.checkpoints else 0
         self.rebuild(n, start)
@@ -313,6 +343,7 @@ class LlamaModel(ReusesPrefix, Vocabulary):
         with watched(self.rpc, self.rpc_timeout):  # (clears the workers' buffers too)
             ll.llama_memory_clear(self._mem, True)
         self.tokens.clear()
+        self.tiled_at.clear()
         if self.checkpoints is not None:
             self.checkpoints.clear()
 

@@ -37,7 +37,7 @@ from ..errors import BackendError, RpcWorkerLost
 from ..prefix import ReusesPrefix
 from .bindings import ll
 from .checkpoints import is_prefill, window_checkpoints
-from .rows import decode_rows
+from .rows import decode_rows, prompt_rows
 from .rpc import on_rpc_worker_lost
 
 LlamaModel = Any  # edgespec.backend.model.LlamaModel (which imports this module)
@@ -64,6 +64,7 @@ class _Part:
     view: SequenceView
     tokens: Sequence[int]
     want: list[bool]
+    tiled: bool = False  # a prompt's rows, on the tiled kernel (never mixed with others)
     since: float = field(default_factory=time.perf_counter)
     done: bool = False
     logits: np.ndarray | None = None
@@ -135,6 +136,7 @@ class Batcher:
                 self._eligible(part, now)
                 and len(part.tokens) <= room
                 and part.view.seq_id not in {p.view.seq_id for p in batch}
+                and (not batch or part.tiled == batch[0].tiled)
             ):
                 batch.append(part)
                 room -= len(part.tokens)
@@ -144,9 +146,11 @@ class Batcher:
         self.deferred += any(not self._eligible(p, now) for p in rest)
         return batch
 
-    def decode(self, view: SequenceView, tokens: Sequence[int], want: list[bool]) -> np.ndarray:
+    def decode(
+        self, view: SequenceView, tokens: Sequence[int], want: list[bool], tiled: bool = False
+    ) -> np.ndarray:
         """Decode tokens for view (at its next positions); its wanted rows, copied."""
-        part = _Part(view, tokens, want)
+        part = _Part(view, tokens, want, tiled)
         with self._cv:
             if self._failed is not None:
                 raise self._failed
@@ -174,7 +178,8 @@ class Batcher:
         t0 = time.perf_counter()
         try:
             results = self.model._decode_parts(
-                [(p.view.seq_id, len(p.view.tokens), p.tokens, p.want) for p in batch]
+                [(p.view.seq_id, len(p.view.tokens), p.tokens, p.want) for p in batch],
+                batch[0].tiled,
             )
             for p, logits in zip(batch, results, strict=True):
                 p.logits = logits
@@ -277,6 +282,7 @@ class SequenceView(ReusesPrefix):
         self.seq_id = seq_id
         self.batcher = batcher
         self.tokens: list[int] = []
+        self.tiled_at = bytearray()  # as LlamaModel's
         self.redecodes = 0
         self.shared_last = False  # the last decode carried other sequences' rows
         self.checkpoints = window_checkpoints(model, seq_id)
@@ -326,17 +332,24 @@ class SequenceView(ReusesPrefix):
         """True when this sequence's last decode carried other sequences' rows."""
         return self.shared_last
 
-    def decode(self, tokens: Sequence[int], *, logits: str | Sequence[int] = "last") -> np.ndarray:
+    def decode(
+        self, tokens: Sequence[int], *, logits: str | Sequence[int] = "last",
+        tiled: bool | None = None,
+    ) -> np.ndarray:  # fmt: skip
         """As LlamaModel.decode, for this sequence; the rows are a copy."""
         n = len(tokens)
         rows, last_start = decode_rows(n, logits, held=len(self.tokens), n_ctx=self.n_ctx,
                                        n_batch=self.model.n_batch)  # fmt: skip
         wanted = set(rows)
+        k = prompt_rows(n, logits, tiled) if self.model.tiled_prompts else 0
         out = np.empty((0, self.model.n_vocab), dtype=np.float32)
-        for start, end in self._pieces(n, last_start):
-            chunk = tokens[start:end]
-            out = self.batcher.decode(self, chunk, [start + i in wanted for i in range(len(chunk))])
-            self.tokens.extend(chunk)
+        for piece in self._pieces(n, last_start):  # each cut where the prompt's rows end
+            for start, end in ((piece[0], min(piece[1], k)), (max(piece[0], k), piece[1])):
+                if end > start:
+                    on, want = start < k, [i in wanted for i in range(start, end)]
+                    out = self.batcher.decode(self, tokens[start:end], want, on)
+                    self.tokens.extend(tokens[start:end])
+                    self.tiled_at.extend(bytes([on]) * (end - start))
         if self.checkpoints is not None and is_prefill(tokens, logits):
             with self.batcher.exclusive():
                 self.checkpoints.take(self.tokens)
@@ -366,7 +379,7 @@ class SequenceView(ReusesPrefix):
             if not kept and self.checkpoints is not None:
                 start = self.checkpoints.restore(self.tokens, n)
         if kept:
-            del self.tokens[n:]
+            del self.tokens[n:], self.tiled_at[n:]
             return
         self.rebuild(n, start)  # see LlamaModel.rolled_back
 
@@ -374,7 +387,7 @@ class SequenceView(ReusesPrefix):
         """Empty this sequence's cells (the others keep theirs)."""
         with self.batcher.exclusive():
             ll.llama_memory_seq_rm(self.model._mem, self.seq_id, -1, -1)
-        self.tokens.clear()
+        del self.tokens[:], self.tiled_at[:]
         if self.checkpoints is not None:
             self.checkpoints.clear()
 
