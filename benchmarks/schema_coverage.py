@@ -48,6 +48,7 @@ from typing import Any
 
 import jsonschema
 import llguidance
+from coverage_report import print_table, summarize
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMAS = ROOT / "tests" / "data" / "schemas"
@@ -275,76 +276,6 @@ def run_model(
               f"auto={'ok' if row['tool_auto'] else '400'} "
               f"finished={len(done)} invalid={bad}", file=sys.stderr, flush=True)  # fmt: skip
     return results
-
-
-# ---------------------------------------------------------------- the report
-
-
-def summarize(report: dict[str, Any]) -> dict[str, Any]:
-    """Totals: compiled, accepted, refused for nothing llguidance lacks, outputs."""
-    schemas = report["schemas"]
-    summary: dict[str, Any] = {
-        "schemas": len(schemas),
-        "llguidance_compiles": sum(not s["llguidance_error"] for s in schemas),
-        "llguidance_compiles_lenient": sum(not s["llguidance_lenient_error"] for s in schemas),
-        "models": {},
-    }
-    for model, rows in report["models"].items():
-        compiled = {s["name"] for s in schemas if not s["llguidance_error"]}
-        m: dict[str, Any] = {}
-        for kind in ("response_format", "tool_required", "tool_auto"):
-            m[f"{kind}_accepted"] = sum(bool(r.get(kind)) for r in rows.values())
-            m[f"{kind}_refused_though_llguidance_compiles"] = sorted(
-                n for n, r in rows.items() if n in compiled and not r.get(kind)
-            )
-        for kind in ("outputs", "tool_outputs"):
-            outs = [o for r in rows.values() for o in r[kind]]
-            finished = [o for o in outs if o["finished"]]
-            m[kind] = {"total": len(outs), "finished": len(finished),
-                       "valid": sum(o["valid"] for o in finished),
-                       "cut": len(outs) - len(finished)}  # fmt: skip
-        m["auto_leaks"] = sorted(n for n, r in rows.items() if r.get("auto_leaked"))
-        summary["models"][model] = m
-    return summary
-
-
-def print_table(report: dict[str, Any]) -> None:
-    """One line per schema (llguidance; per model: accepted rf/req/auto, valid/finished)."""
-    models = list(report["models"])
-    head = f"{'schema':42} {'origin':13} {'llg':>4} {'len':>4}"
-    for model in models:
-        head += f" | {model[:22]:22} {'rf req auto':11} {'valid/fin':>9} {'cut':>3}"
-    print(head)
-    print("-" * len(head))
-    for s in report["schemas"]:
-        line = (f"{s['name']:42} {s['origin']:13} {'ok' if not s['llguidance_error'] else 'no':>4}"
-                f" {'ok' if not s['llguidance_lenient_error'] else 'no':>4}")  # fmt: skip
-        for model in models:
-            r = report["models"][model].get(s["name"], {})
-            flags = " ".join(
-                "ok" if r.get(k) else "--"
-                for k in ("response_format", "tool_required", "tool_auto")
-            )
-            outs = r.get("outputs", []) + r.get("tool_outputs", [])
-            fin = [o for o in outs if o["finished"]]
-            valid = sum(o["valid"] for o in fin)
-            line += f" | {'':22} {flags:11} {f'{valid}/{len(fin)}':>9} {len(outs) - len(fin):>3}"
-        print(line)
-    summary = report["summary"]
-    print()
-    print(f"{summary['schemas']} schemas; llguidance compiles {summary['llguidance_compiles']} "
-          f"as given, {summary['llguidance_compiles_lenient']} leniently")  # fmt: skip
-    for model, m in summary["models"].items():
-        o, t = m["outputs"], m["tool_outputs"]
-        print(f"{model}: accepted rf {m['response_format_accepted']}, "
-              f"tool required {m['tool_required_accepted']}, auto {m['tool_auto_accepted']}; "
-              f"outputs valid {o['valid']}/{o['finished']} finished ({o['cut']} cut), "
-              f"tool calls valid {t['valid']}/{t['finished']} finished ({t['cut']} cut); "
-              f"auto leaks {len(m['auto_leaks'])}")  # fmt: skip
-        for kind in ("response_format", "tool_required", "tool_auto"):
-            refused = m[f"{kind}_refused_though_llguidance_compiles"]
-            if refused:
-                print(f"  {kind} refused though llguidance compiles: {', '.join(refused)}")
 
 
 def main(argv: list[str] | None = None) -> int:
