@@ -176,14 +176,19 @@ def test_the_window_sized_ring_rebuilds_a_window_it_reused(real_model_paths, kee
     assert max_diff < 0.05  # F16 cache: not bit-exact, but no missing window (> 1)
 
 
-def test_prefix_reuse_after_a_long_reply_equals_a_fresh_context(gemma, fresh) -> None:
+def test_prefix_reuse_after_a_long_reply_equals_plain_with_the_same_turns(gemma, fresh) -> None:
+    # plain decoding through the same two turns: the reply's positions were verify rows
+    # (the one-row kernel) in both, where an empty cache would decode them as a prompt
+    # (the tiled kernel): docs/architecture.md, "Prompt kernels"
     first = _prompt(700, seed=3)
     gemma.reset()
     reply = generate(gemma, first, drafter=NgramDrafter(), max_tokens=48, gamma=4)
     second = first + reply.text + " And then the"
     cached = generate(gemma, second, drafter=NgramDrafter(), max_tokens=48, gamma=4)
     fresh.reset()
+    assert generate(fresh, first, max_tokens=48, gamma=0).tokens == reply.tokens
     want = generate(fresh, second, max_tokens=48, gamma=0)
+    assert cached.stats.prompt_cached == want.stats.prompt_cached > 0
     assert cached.tokens == want.tokens
 
 

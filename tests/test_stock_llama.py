@@ -52,6 +52,7 @@ import json, math, random, sys
 import numpy as np
 import edgespec.backend.model as model_mod
 from edgespec.backend import SWA_RING, LlamaModel
+from edgespec.backend.bindings import TILED_MODE
 from edgespec.drafting.ngram import NgramDrafter
 from edgespec.engine import generate
 from edgespec.policy import adaptive
@@ -60,7 +61,7 @@ def probe(path):
     words = "river stone light quiet metal garden paper window forest cloud north table".split()
     rng = random.Random(7)
     text = " ".join(rng.choice(words) for _ in range(2000))
-    out = {"swa_ring_detected": SWA_RING}
+    out = {"swa_ring_detected": SWA_RING, "tiled_mode_detected": TILED_MODE}
     a, b = (LlamaModel(path, n_ctx=2048, n_threads=2) for _ in range(2))
     with a, b:
         out["swa_cache"] = a.swa_cache
@@ -146,6 +147,10 @@ def test_the_bootstraps_patched_build_keeps_the_window_sized_ring(real_model_pat
     with LlamaModel(real_model_paths["gemma-3-270m"], n_ctx=2048, n_threads=2) as m:
         assert (m.swa_cache, m.n_swa) == ("ring", 512)
         assert m.checkpoints is not None
+        # and the tiled-mode patch: prompts on the tiled kernel (tests/test_prompt_kernels.py)
+        from edgespec.backend.bindings import TILED_MODE
+
+        assert TILED_MODE and m.tiled_prompts
 
 
 # --------------------------------------------------------------------------- forced off
@@ -275,6 +280,7 @@ def _run_probe(lib: Path, model: Path, force: str | None = None) -> dict:
 def test_a_stock_llama_cpp_is_detected_and_stays_exact(stock_lib, real_model_paths) -> None:
     out = _run_probe(stock_lib, real_model_paths["gemma-3-270m"])
     assert out["swa_ring_detected"] is False, out
+    assert out["tiled_mode_detected"] is False, out  # every row on the one-row kernel
     _assert_exact_with_the_full_cache(out)
 
 

@@ -13,6 +13,12 @@ keys have F16's footprint; F16 values keep llama.cpp's fast accumulation (BF16 v
 cost 10% at depth 8,000: docs/benchmarks.md, "Plain decoding at depth"). Sliding-
 window layers keep a window-sized ring whose cells a patch to llama.cpp places by
 position, for the same reason (see LlamaModel).
+Prompts get the tiled matmul back (20% faster) where llama.cpp carries edgespec's patch
+scripts/patches/ggml-cpu-tiled-mode.patch: a thread may ask for the tiled kernel at
+every batch size, where it too gives a row the same result whatever the batch, even
+under GGML_CPU_TILED_MM=0 (the default for every other thread). LlamaModel.decode
+takes it for a prompt's rows, the one-row kernel for every other row, and records
+which kernel computed each position (docs/architecture.md, "Prompt kernels").
 EDGESPEC_FAST_KERNELS=1 restores llama.cpp's defaults (F16 cache, matmul kernels), for
 speed over bit-exactness, but
 for the AMX repacking of Intel CPUs that have AMX: its matmul crashes the process on
