@@ -92,6 +92,15 @@ def report(runs: dict[str, list[float]], base: str = "llama") -> None:
         print(f"| {name} | {n} | {t} | {spread} | {ratio} |")
 
 
+def _has_amx() -> bool:
+    """An Intel CPU with AMX (where llama.cpp's repacked matmul crashes)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            return any(ln.startswith("flags") and " amx_tile" in ln for ln in f)
+    except OSError:
+        return False
+
+
 def _post(port: int, body: dict, timeout: float = 600) -> dict:
     req = urllib.request.Request(
         f"http://127.0.0.1:{port}/completion", json.dumps(body).encode(),
@@ -161,10 +170,9 @@ def main() -> int:
     p.add_argument("--server", help="llama-server binary: compare the servers instead")
     a = p.parse_args()
     from edgespec import resolve_model
-    from edgespec.backend import cpu_has_amx
 
     path = str(resolve_model(a.model))
-    extra = ["--repack", "0"] if cpu_has_amx() else []
+    extra = ["--repack", "0"] if _has_amx() else []
     configs = a.configs.split(",")
     sizes = [int(x) for x in a.prompts.split(",")]
     if a.server:
