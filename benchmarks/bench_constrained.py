@@ -10,13 +10,15 @@ by index (even: tuning, odd: validation; --split picks one):
 - ``tool-call``: a call ``{"name": ..., "arguments": {...}}`` to one of three tools.
 
 Arms, every prompt in every repetition, in rotating order:
-``free`` (no grammar, target alone), ``plain`` (the grammar, target alone),
+``free`` (no grammar, target alone), ``free-same`` (the same, stopped at constrained
+plain's output length: the same count of tokens), ``plain`` (the grammar, target alone),
 ``grammar`` (the grammar drafting alone: forced text and certain rows, no drafter),
 ``auto`` (the n-gram lookup, gamma auto, grammar drafts: what ``--draft auto`` does),
 ``auto-nogd`` (the same without grammar drafts).
 Ratios are per prompt and repetition: plain / X wall time over the same greedy tokens
 (the constrained arms must produce identical tokens: checked), and free's tokens/s
-against plain's (their outputs differ). Medians with min and max.
+against plain's (their outputs differ; also at the same length, where a generation's
+fixed costs weigh the same per token). Medians with min and max.
 
     .venv/bin/python benchmarks/bench_constrained.py --reps 5 --split validation \\
         --json docs/bench/constrained.json
@@ -116,15 +118,15 @@ def split(items: list, which: str) -> list:
     return [x for i, x in enumerate(items) if (i % 2 == 0) == (which == "tuning")]
 
 
-ARMS = ("free", "plain", "grammar", "auto", "auto-nogd")
+ARMS = ("free", "free-same", "plain", "grammar", "auto", "auto-nogd")
 
 
 def run_arm(target: LlamaModel, arm: str, prompt: str, grammar: Grammar, max_tokens: int):
     """(seconds, DoneEvent) of one generation."""
     kw: dict[str, Any] = {"max_tokens": max_tokens}
-    if arm != "free":
+    if not arm.startswith("free"):
         kw["grammar"] = grammar
-    if arm in ("free", "plain"):
+    if arm in ("free", "free-same", "plain"):
         pair = ModelPair(target, None, history=False)
         kw.update(grammar_drafts=False)
     elif arm == "grammar":
@@ -180,9 +182,12 @@ def main() -> None:
     for kind in args.kinds.split(","):
         prompts = split(workloads()[kind], args.split)
         grammars = [Grammar.from_json_schema(schema) for _, schema in prompts]
+        lengths = []  # constrained plain's output length: free-same stops there
         for (prompt, _), g in zip(prompts, grammars, strict=True):  # warm: caches, tokenizer
             for arm in ARMS:
-                run_arm(target, arm, prompt, g, args.max_tokens)
+                _, done = run_arm(target, arm, prompt, g, args.max_tokens)
+                if arm == "plain":
+                    lengths.append(len(done.tokens))
         ratios: dict[str, list[float]] = {a: [] for a in ARMS if a != "plain"}
         identical, stats = True, {a: [0, 0, 0, 0] for a in ARMS}
         for rep in range(args.reps):
@@ -190,7 +195,8 @@ def main() -> None:
                 order = ARMS[(rep + i) % len(ARMS) :] + ARMS[: (rep + i) % len(ARMS)]
                 took, done = {}, {}
                 for arm in order:
-                    took[arm], done[arm] = run_arm(target, arm, prompt, g, args.max_tokens)
+                    n = lengths[i] if arm == "free-same" else args.max_tokens
+                    took[arm], done[arm] = run_arm(target, arm, prompt, g, n)
                     s = done[arm].stats
                     stats[arm][0] += s.generated
                     stats[arm][1] += s.target_calls
@@ -202,12 +208,15 @@ def main() -> None:
                     identical &= done[arm].tokens == done["plain"].tokens
                     ratios[arm].append(took["plain"] / took[arm])
                 # free's output differs: tokens per second, free / plain (>= 1: plain slower)
-                tps = {a: len(done[a].tokens) / took[a] for a in ("free", "plain")}
+                tps = {a: len(done[a].tokens) / took[a] for a in ("free", "free-same", "plain")}
                 ratios["free"].append(tps["plain"] / tps["free"])
+                # ... and free stopped at plain's length (the same count of tokens)
+                ratios["free-same"].append(tps["plain"] / tps["free-same"])
         report["kinds"][kind] = {
             "prompts": len(prompts),
             "identical": identical,
             "plain_tps_over_free": _summary(ratios["free"]),
+            "plain_tps_over_free_same_length": _summary(ratios["free-same"]),
             **{f"{a}_speedup": _summary(ratios[a]) for a in ("grammar", "auto", "auto-nogd")},
             "totals": {
                 a: dict(zip(("tokens", "target_calls", "forced", "accepted"), v, strict=True))
@@ -215,8 +224,10 @@ def main() -> None:
             },  # fmt: skip
         }
         r = report["kinds"][kind]
+        same = r["plain_tps_over_free_same_length"]
         print(f"{kind}: plain/free tok/s {r['plain_tps_over_free']['median']:.3f} "
               f"[{r['plain_tps_over_free']['min']:.3f}, {r['plain_tps_over_free']['max']:.3f}]; "
+              f"at the same length {same['median']:.3f} [{same['min']:.3f}, {same['max']:.3f}]; "
               + "; ".join(f"{a} {r[a + '_speedup']['median']:.3f}x "
                           f"[{r[a + '_speedup']['min']:.3f}, {r[a + '_speedup']['max']:.3f}]"
                           for a in ("grammar", "auto", "auto-nogd"))
