@@ -56,10 +56,11 @@ def test_a_short_match_with_different_successors_is_not_proposed() -> None:
     d = NgramDrafter(n_min=1, n_max=2)
     source = [10, 11, 12, 13, 14, 5, 6]
     draft = d.propose([5, 6, 2, *source, 1, *source], 4, GREEDY, RNG)
-    assert draft.tokens == [1, 10, 11, 12] and draft.match_len == 7
+    # (agreeing 7 tokens back, 2 beyond the start's 5 6, which went on with 2)
+    assert draft.tokens == [1, 10, 11, 12] and draft.match_len == 5
     # a gram is contested once two successors are seen, including later in the context
     d = NgramDrafter(n_min=1, n_max=1)
-    assert propose(d, [3, 4, 9, 3]) == [4, 9, 3, 4]  # through the repetition
+    assert propose(d, [3, 4, 9, 3]) == [4, 9, 3]
     assert propose(d, [3, 4, 9, 3, 5, 3]) == []
 
 
@@ -68,15 +69,17 @@ def test_a_repetition_is_drafted_past_the_context_end() -> None:
     loop = [7, 8, 9]  # text that repeats itself with a period of 3 tokens
     draft = d.propose([1, 2, *loop * 4], 10, GREEDY, RNG)
     assert draft.tokens == [*loop * 3, 7] and draft.match_len == 9
-    # a match further back copies what followed it, then the text after it again
-    assert propose(d, [5, 1, 2, 3, 6, 1, 2, 3], 8) == [6, 1, 2, 3, 6, 1, 2, 3]
+    # a match that has not agreed one whole period back is no repetition yet: its copy
+    # stops at the context's end
+    assert propose(d, [5, 1, 2, 3, 6, 1, 2, 3], 8) == [6, 1, 2, 3]
+    assert propose(d, [6, 1, 2, 3, 6, 1, 2, 3], 8) == [6, 1, 2, 3, 6, 1, 2, 3]
     assert propose(d, [4, 4, 4], 5) == [4, 4, 4, 4, 4]
 
 
 def test_changed_context_rebuilds_the_index() -> None:
     d = NgramDrafter(n_min=1, n_max=2)
-    assert propose(d, [1, 2, 3, 1, 2]) == [3, 1, 2, 3]
-    assert propose(d, [4, 2, 8, 4, 2]) == [8, 4, 2, 8]
+    assert propose(d, [1, 2, 3, 1, 2]) == [3, 1, 2]
+    assert propose(d, [4, 2, 8, 4, 2]) == [8, 4, 2]
 
 
 def test_point_masses_when_sampling() -> None:
@@ -105,7 +108,34 @@ def test_the_occurrence_agreeing_longest_is_continued_not_the_latest() -> None:
     # occurrence of 1 2 3 4 and only 4 with the latest one
     context = [*quoted, *later, 10, 11, 12, 13, 1, 2, 3, 4]
     draft = d.propose(context, 3, GREEDY, RNG)
-    assert (draft.tokens, draft.match_len) == ([20, 21, 22], 8)
+    # its match length: the 8 tokens of agreement beyond the 4 of the one that went on
+    # with 40
+    assert (draft.tokens, draft.match_len) == ([20, 21, 22], 4)
+
+
+def test_agreement_counts_only_beyond_occurrences_that_went_on_differently() -> None:
+    d = NgramDrafter()
+    marker = [90, 91, 92, 93, 94, 95]  # a chat template's turn start, before every reply
+    context = [*marker, 1, 2, 3, 7, *marker, 4, 5, 6, 7, *marker]
+    # the tail agrees 7 tokens back (7 and the marker) with the last reply's start and
+    # with the first's: both went on differently, so there is no evidence of a copy
+    assert d.propose(context, 3, GREEDY, RNG).tokens == []
+    # one that agrees further back than any that went on differently is a copy
+    quote = [8, 9, 10, 11, 12]
+    context = [*quote, *marker, 1, 2, 3, 7, *marker, 4, 5, 6, *quote, *marker]
+    draft = d.propose(context, 3, GREEDY, RNG)
+    assert (draft.tokens, draft.match_len) == ([1, 2, 3], 5)
+
+
+def test_a_replys_first_proposal_counts_no_agreement_beyond_its_gram() -> None:
+    d = NgramDrafter()
+    source = list(range(100, 140))
+    prompt = [*source, 5, *source[:20]]  # the prompt ends agreeing 20 tokens with source
+    d.prefill(prompt)
+    first = d.propose(prompt, 4, GREEDY, RNG)
+    assert first.tokens == source[20:24] and first.match_len == 4  # the gram's own 4
+    # once the reply has a token of its own, the agreement counts in full
+    assert d.propose([*prompt, source[20]], 4, GREEDY, RNG).match_len == 21
 
 
 def _reference(context: list[int], n: int, compared: int) -> tuple[list[int], int]:
@@ -124,14 +154,21 @@ def _reference(context: list[int], n: int, compared: int) -> tuple[list[int], in
                 a += 1
             return a
 
-        best = max(reversed(ends[-compared:]), key=agreement)  # the latest among equals
+        seen: list[tuple[int, int]] = []  # latest first, as far as the drafter looks
+        for e in list(reversed(ends))[:compared]:
+            seen.append((e, agreement(e)))
+            if max(a for _, a in seen) >= MATCH_LEN_CAP:
+                break
+        best, most = max(seen, key=lambda ea: ea[1])  # the latest among equals
+        rival = max((a for e, a in seen if context[e] != context[best]), default=0)
+        margin = most - rival
         contested = len({context[e] for e in ends}) > 1
-        if contested and agreement(best) < CONTESTED_MIN_MATCH:
+        if contested and margin < CONTESTED_MIN_MATCH:
             return [], 0
-        ext = list(context)  # the copy reads on into its own draft
-        while len(ext) < best + n:
+        ext = list(context)  # a repetition's copy reads on into its own draft
+        while margin >= len(context) - best and len(ext) < best + n:
             ext.append(ext[len(ext) - (len(context) - best)])
-        return ext[best : best + n], agreement(best)
+        return ext[best : best + n], margin
     return [], 0
 
 
