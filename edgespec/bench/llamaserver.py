@@ -25,6 +25,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .llamacpp import LlamaCppError
 from .stats import RunRecord
@@ -181,16 +182,16 @@ def _wait_ready(proc: subprocess.Popen, port: int, log: Path) -> None:
 
 def run(
     binary: Path,
-    cmd_args: dict,
     workload: Workload,
     *,
     max_tokens: int,
     seed: int,
+    **server: Any,
 ) -> ServerResult:
-    """Start a server (``command(binary, port=..., **cmd_args)``), warm it up, send the
+    """Start a server (``command(binary, port=..., **server)``), warm it up, send the
     workload's prompt to /completion, stop the server; what the reply's timings said."""
     port = free_port()
-    cmd = command(binary, port=port, **cmd_args)
+    cmd = command(binary, port=port, **server)
     env = dict(os.environ)
     lib_dir = str(binary.parent)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (lib_dir, env.get("LD_LIBRARY_PATH")) if p)

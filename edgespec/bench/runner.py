@@ -179,8 +179,10 @@ def run_bench(setup: BenchSetup) -> tuple[Records, dict]:
                         rec = _run_edgespec(target, drafters, c, w, max_tokens, rep)
                     elif c.kind == llamaserver.SERVER:
                         rec = llamaserver.run(
-                            bins[c.kind], _server_args(target, c, setup), w,
-                            max_tokens=max_tokens, seed=rep,
+                            bins[c.kind], w, max_tokens=max_tokens, seed=rep,
+                            target=target.path, spec_type=str(c.gamma), threads=target.n_threads,
+                            n_ctx=setup.n_ctx, swa_full=setup.llama_swa_full,
+                            no_repack=cpu_has_amx(),
                         ).to_record()  # fmt: skip
                     else:
                         rec = _run_llamacpp(bins[c.kind], target, c, w, max_tokens, rep, setup)
@@ -386,15 +388,3 @@ def _run_llamacpp(
     )
     result, rss = llamacpp.run(cmd)
     return result.to_record(rss)
-
-
-def _server_args(target: LlamaModel, c: Config, setup: BenchSetup) -> dict:
-    """llamaserver.command's arguments for a configuration (as llama.cpp's binaries run)."""
-    return {
-        "target": target.path,
-        "spec_type": str(c.gamma),
-        "threads": target.n_threads,
-        "n_ctx": setup.n_ctx,
-        "swa_full": setup.llama_swa_full,
-        "no_repack": cpu_has_amx(),
-    }
