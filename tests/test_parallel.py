@@ -268,10 +268,10 @@ def test_beside_an_urgent_sequence_the_others_get_their_share_and_no_more(
 
     longest = [0.0]
 
-    def slow(parts):  # decodes of a few ms, as on a real model, so that shares are times
+    def slow(parts, *tiled):  # decodes of a few ms, as on a real model, so that shares are times
         t0 = time.perf_counter()
         time.sleep(0.004)
-        out = decode_parts(parts)
+        out = decode_parts(parts, *tiled)
         longest[0] = max(longest[0], time.perf_counter() - t0)
         return out
 
@@ -316,9 +316,9 @@ def test_a_cache_edit_waits_for_the_decode_in_flight_only(contexts, monkeypatch)
     other.decode(other.tokenize(PROMPTS[1], parse_special=True), logits="none")
     decode_parts = shared._decode_parts
 
-    def slow(parts):
+    def slow(parts, *tiled):
         time.sleep(0.004)
-        return decode_parts(parts)
+        return decode_parts(parts, *tiled)
 
     monkeypatch.setattr(shared, "_decode_parts", slow)
     b = urgent.batcher
