@@ -6,7 +6,9 @@ one repetition per run, a fresh process): llama-bench at llama.cpp's defaults an
 one of edgespec's kernel settings each (BF16 keys, GGML_CPU_TILED_MM=0), and edgespec
 decoding an N-token prompt (``LlamaModel.decode(tokens, logits="none")``, wall time)
 on the tiled kernel (as it ships, with scripts/patches/ggml-cpu-tiled-mode.patch) and on
-the one-row kernel (as before the patch), those two in turn in one process.
+the one-row kernel (as before the patch), those two in turn in one process. On a busy
+machine ``--cpu`` measures CPU time instead of wall time (meaningful with one thread:
+two spin at barriers).
 
     .venv/bin/python benchmarks/bench_prompt.py --llama-bench /tmp/llama-bin/build/bin/llama-bench \
         --threads 1,2 --prompts 512,2048 --reps 5 --json out.json
@@ -43,6 +45,7 @@ PROBE = """
 import json, sys, time
 from edgespec import LlamaModel, resolve_model
 path, threads, sizes, filler = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
+clock = time.process_time if sys.argv[5] == "cpu" else time.perf_counter
 out = {}
 with LlamaModel(resolve_model(path), n_ctx=max(sizes) + 16, n_threads=threads) as m:
     toks = m.tokenize(filler * (max(sizes) // 10 + 1))
@@ -50,32 +53,43 @@ with LlamaModel(resolve_model(path), n_ctx=max(sizes) + 16, n_threads=threads) a
     for n in sizes:
         for tiled in (True, False):
             m.reset()
-            t0 = time.perf_counter()
+            t0 = clock()
             m.decode(toks[:n], logits="none", tiled=None if tiled else False)  # None: the rule
             name = "edgespec" if tiled else "edgespec-untiled"
-            out[f"{name},{n}"] = n / (time.perf_counter() - t0)
+            out[f"{name},{n}"] = n / (clock() - t0)
     out["tiled_prompts"] = m.tiled_prompts
 print(json.dumps(out))
 """
 
 
-def edgespec_pp(model: str, threads: int, sizes: list[int]) -> dict[str, float]:
+def edgespec_pp(model: str, threads: int, sizes: list[int], cpu: bool) -> dict[str, float]:
     """Tokens/s of an N-token prefill, tiled (the rule) and one-row, per size."""
     cmd = [sys.executable, "-c", PROBE, model, str(threads), json.dumps(sizes), FILLER]
+    cmd.append("cpu" if cpu else "wall")
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if out.returncode:
         raise SystemExit(f"edgespec run failed: {out.stderr.strip().splitlines()[-1:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def llama_bench_pp(binary: str, path: str, n: int, threads: int, env, flags) -> float:
-    """llama-bench's pp tokens/s (one repetition: the script alternates)."""
-    cmd = [binary, "-m", path, "-p", str(n), "-n", "0", "-t", str(threads), "-r", "1"]
-    out = subprocess.run(
-        [*cmd, "-o", "json", *flags], env={**os.environ, **env}, capture_output=True, text=True
-    )
-    if out.returncode:
-        raise SystemExit(f"llama-bench {' '.join(flags)} failed (rc {out.returncode})")
+def llama_bench_pp(binary: str, path: str, n: int, threads: int, env, flags, cpu: bool) -> float:
+    """llama-bench's pp tokens/s (one repetition: the script alternates). cpu: from the
+    CPU time of a run of 3 repetitions less that of a run of 1 (load, warm-up, exit
+    alike), for a busy machine, where wall time measures the neighbours."""
+    used = []
+    for reps in (1, 3) if cpu else (1,):
+        cmd = [binary, "-m", path, "-p", str(n), "-n", "0", "-t", str(threads), "-r", str(reps)]
+        before = os.times()
+        out = subprocess.run(
+            [*cmd, "-o", "json", *flags], env={**os.environ, **env}, capture_output=True, text=True
+        )
+        after = os.times()
+        if out.returncode:
+            raise SystemExit(f"llama-bench {' '.join(flags)} failed (rc {out.returncode})")
+        used.append(after.children_user + after.children_system
+                    - before.children_user - before.children_system)  # fmt: skip
+    if cpu:
+        return 2 * n / (used[1] - used[0])
     return float(json.loads(out.stdout)[0]["avg_ts"])
 
 
@@ -168,6 +182,7 @@ def main() -> int:
     p.add_argument("--configs", default=",".join([*LLAMA, *EDGESPEC]))
     p.add_argument("--json", help="write every run and the summary here")
     p.add_argument("--server", help="llama-server binary: compare the servers instead")
+    p.add_argument("--cpu", action="store_true", help="CPU time, not wall (a busy machine)")
     a = p.parse_args()
     from edgespec import resolve_model
 
@@ -186,13 +201,13 @@ def main() -> int:
     for rep in range(a.reps):
         for t in (int(x) for x in a.threads.split(",")):
             if any(c in EDGESPEC for c in configs):
-                for key, tps in edgespec_pp(a.model, t, sizes).items():
+                for key, tps in edgespec_pp(a.model, t, sizes, a.cpu).items():
                     if key.split(",")[0] in configs:
                         runs.setdefault(f"{key},{t}", []).append(tps)
             for n in sizes:
                 for name in (c for c in configs if c in LLAMA):
                     env, flags = LLAMA[name]
-                    tps = llama_bench_pp(a.llama_bench, path, n, t, env, [*flags, *extra])
+                    tps = llama_bench_pp(a.llama_bench, path, n, t, env, [*flags, *extra], a.cpu)
                     runs.setdefault(f"{name},{n},{t}", []).append(tps)
         print(f"rep {rep + 1}/{a.reps} done, load {os.getloadavg()[0]:.1f}", file=sys.stderr)
         if a.json:  # after every repetition: a cut-short run keeps what it measured
