@@ -16,7 +16,7 @@ two spin at barriers).
 With ``--server LLAMA_SERVER`` it compares the servers instead: llama-server and
 ``edgespec serve`` (one slot each, started once per thread count), a /completion of an
 N-token prompt (n_predict 1, cache_prompt false, a new text each time) in turn, client
-wall time per prompt token.
+wall time per prompt token (``--cpu``: the server process's CPU time).
 
 On an Intel CPU with AMX llama.cpp's weight repacking crashes on batches (llama.cpp
 issue 20824): every llama.cpp run there adds ``--repack 0`` (the baseline then).
@@ -136,6 +136,13 @@ def _wait_up(proc: subprocess.Popen, port: int) -> None:
     raise SystemExit(f"server on port {port} never answered")
 
 
+def _cpu_s(pid: int) -> float:
+    """CPU seconds a process used so far (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def servers_pp(a: argparse.Namespace, path: str, extra: list[str]) -> dict[str, list[float]]:
     """Prompt tokens/s from the client: llama-server against edgespec serve, in turn."""
     runs: dict[str, list[float]] = {}
@@ -159,9 +166,10 @@ def servers_pp(a: argparse.Namespace, path: str, extra: list[str]) -> dict[str, 
                     for k, port in (("llama-server", 18431), ("edgespec-serve", 18432)):
                         body = {"prompt": text, "n_predict": 1, "cache_prompt": False,
                                 "temperature": 0}  # fmt: skip
-                        t0 = time.perf_counter()
+                        pid = procs[k].pid
+                        t0 = _cpu_s(pid) if a.cpu else time.perf_counter()
                         got = _post(port, body)
-                        wall = time.perf_counter() - t0
+                        wall = (_cpu_s(pid) if a.cpu else time.perf_counter()) - t0
                         pn = got["timings"]["prompt_n"] + got["timings"].get("cache_n", 0)
                         runs.setdefault(f"{k},{n},{t}", []).append(pn / wall)
                 print(f"threads {t} rep {rep + 1}/{a.reps}", file=sys.stderr)
