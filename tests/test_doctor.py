@@ -162,6 +162,7 @@ def test_the_report_on_the_synthetic_models(synthetic_models) -> None:
     assert 0 < noisy.alpha < 1 and noisy.draft_cost > 0 and noisy.rejections > 0
     assert noisy.predicted > 0 and noisy.measured is not None and len(noisy.measured_reps) == 1
     assert 1 <= noisy.tokens_per_round <= noisy.gamma + 1 and noisy.round_cost > 0
+    assert 1 <= noisy.tokens_per_round_measured <= noisy.gamma + 1
     assert noisy.verdict and report.recommendation.reason
     assert report.recommendation.draft in ("none", "ngram", str(synthetic_models["draft_noisy"]))
     assert report.environment.backend and report.environment.threads == 1

@@ -47,6 +47,7 @@ class DrafterResult:
     verify_ratio: float  # cost(gamma + 1) / cost(1) as priced: measured in the runs
     calibrated_ratio: float  # ... and as the calibrated curve says
     tokens_per_round: float  # E, predicted from alpha
+    tokens_per_round_measured: float  # what the rounds returned (accepted + 1 each)
     round_cost: float  # a round's cost in plain steps, predicted
     predicted: float  # speed-up over plain, by the formula
     measured: float | None  # speed-up over plain, timed (median over repetitions)

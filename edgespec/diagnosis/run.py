@@ -251,6 +251,7 @@ def _result(
         verify_ratio=priced(gamma + 1),
         calibrated_ratio=calibrated(gamma + 1),
         tokens_per_round=tokens,
+        tokens_per_round_measured=sum(a + 1 for _, a in rounds) / len(rounds) if rounds else 1.0,
         round_cost=cost,
         predicted=pred,
         measured=median(measured_reps) if measured_reps else None,

@@ -32,6 +32,12 @@ def verdict(d: DrafterResult) -> DrafterResult:
         f"at acceptance {d.alpha:.2f} a round of {d.gamma} returns {d.tokens_per_round:.2f} "
         f"tokens for {d.round_cost:.2f} steps' cost"
     )
+    if d.tokens_per_round > (1.0 + DISAGREE) * d.tokens_per_round_measured:
+        parts.append(
+            f"its rounds returned {d.tokens_per_round_measured:.2f}: acceptance is not "
+            "independent from token to token here (a lookup's is mostly all or nothing), "
+            "which the formula assumes"
+        )
     pays = "pays" if d.predicted >= MIN_ADVANTAGE else "does not pay"
     text = f"{pays} ({d.predicted:.2f}x predicted{_measured(d)}): " + "; ".join(parts)
     return dataclasses.replace(d, verdict=text)
