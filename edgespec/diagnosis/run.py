@@ -91,6 +91,7 @@ def doctor(
     chosen = read_prompts(prompts_file) if prompts_file is not None else None
     opts = options or LoadOptions()
     model, _ = load_pair(target, None, opts)
+    drafters: dict[str, LoadedDrafter] = {}
     try:
         if history_file is not None:
             chosen = history_prompts(history_file, max_tokens=max_tokens, model=model.path.name)
@@ -98,7 +99,8 @@ def doctor(
             chosen = [Prompt(f"prompt {i + 1}", text=p) for i, p in enumerate(prompts or [])]
             chosen = chosen or default_prompts()
         rendered = [_fitting(p, model, max_tokens) for p in chosen]
-        drafters = {short_name(s): _load_drafter(s, model, opts) for s in specs}
+        for s in specs:
+            drafters[short_name(s)] = _load_drafter(s, model, opts)
         curve = _curve(model, say)
         ratio = _ratio(curve)
         say("warming up")
@@ -142,6 +144,9 @@ def doctor(
             elapsed_s=time.perf_counter() - t0,
         )
     finally:
+        for d in drafters.values():
+            if d.model is not None:
+                d.model.close()
         model.close()
 
 
