@@ -12,7 +12,7 @@ the keyword that failed.
 
 Merge runs (e.g. one per model, made at once) and print the table again::
 
-    .venv/bin/python benchmarks/coverage_report.py gemma.json smollm2.json --out all.json
+    .venv/bin/python benchmarks/coverage_report.py run1.json run2.json:gemma-3-270m --out all.json
 """
 
 from __future__ import annotations
@@ -108,15 +108,24 @@ def print_table(report: dict[str, Any]) -> None:
 
 
 def merge(reports: list[dict[str, Any]]) -> dict[str, Any]:
-    """One report from several runs over the same schemas (a model's rows appended)."""
+    """One report from several runs over the same schemas (a model's rows appended).
+
+    Runs of one model must differ in ``--seed-base`` (the same seeds give the same
+    outputs); a run given as ``path:model`` counts for that model only.
+    """
     out: dict[str, Any] = {"runs": [r["args"] for r in reports],
                            "llguidance": reports[0]["llguidance"],
                            "schemas": reports[0]["schemas"], "models": {}}  # fmt: skip
     names = [s["name"] for s in out["schemas"]]
+    seen: set[tuple[str, int]] = set()
     for r in reports:
         if [s["name"] for s in r["schemas"]] != names:
             raise SystemExit("coverage_report: the runs are over different schema sets")
         for model, rows in r["models"].items():
+            run = (model, r["args"].get("seed_base", 0))
+            if run in seen:
+                raise SystemExit(f"coverage_report: two runs of {model} with seed base {run[1]}")
+            seen.add(run)
             mine = out["models"].setdefault(model, {})
             for name, row in rows.items():
                 if name not in mine:
@@ -130,12 +139,22 @@ def merge(reports: list[dict[str, Any]]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("reports", nargs="+", type=Path, help="schema_coverage.py --out files")
+    p.add_argument(
+        "reports", nargs="+", help="schema_coverage.py --out files (path:model: one model's rows)"
+    )
     p.add_argument("--out", type=Path, default=None, help="write the merged report here")
     args = p.parse_args(argv)
     try:
-        reports = [json.loads(path.read_text()) for path in args.reports]
-    except (OSError, ValueError) as e:
+        reports = []
+        for spec in args.reports:
+            path, _, model = str(spec).partition(":")
+            report = json.loads(Path(path).read_text())
+            if model:
+                if model not in report["models"]:
+                    raise ValueError(f"{path} has no model {model}")
+                report["models"] = {model: report["models"][model]}
+            reports.append(report)
+    except (OSError, ValueError, KeyError) as e:
         print(f"coverage_report: {e}", file=sys.stderr)
         return 2
     report = merge(reports)

@@ -216,7 +216,7 @@ def run_model(
         common = {"model": model, "messages": msgs, "temperature": args.temperature}
         # response_format: acceptance, then outputs
         for k in range(max(args.outputs, 1)):
-            seed = 1000 * i + k
+            seed = 1000 * i + args.seed_base + k
             status, body = post(base, "/v1/chat/completions", {
                 **common, "seed": seed, "response_format": _response_format(entry),
                 "max_tokens": args.max_tokens if args.outputs else 1})  # fmt: skip
@@ -232,7 +232,7 @@ def run_model(
                 )
         # a tool: required (acceptance, then calls) and auto (acceptance, no leak)
         for k in range(max(args.tool_outputs, 1)):
-            seed = 1000 * i + 500 + k
+            seed = 1000 * i + 500 + args.seed_base + k
             status, body = post(base, "/v1/chat/completions", {
                 **common, "seed": seed, "tools": [_tool(entry)], "tool_choice": "required",
                 "max_tokens": args.max_tokens if args.tool_outputs else 1})  # fmt: skip
@@ -293,6 +293,9 @@ def main(argv: list[str] | None = None) -> int:
         help="the auto-mode request (acceptance and the wrapper leak check)",
     )
     p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--seed-base", type=int, default=0, choices=range(0, 400, 100),
+                   help="added to each output's seed: a further run's outputs are new ones "
+                   "(merge the reports with coverage_report.py)")  # fmt: skip
     p.add_argument("--threads", type=int, default=0, help="0: the server's default")
     p.add_argument("--ctx", type=int, default=4096)
     p.add_argument("--out", type=Path, default=None, help="write the JSON report here")
