@@ -40,6 +40,14 @@ LLAMA = {  # name: (environment, llama-bench flags)
     "llama-untiled": ({"GGML_CPU_TILED_MM": "0"}, []),
 }
 EDGESPEC = ("edgespec", "edgespec-untiled")  # the tiled kernel for prompts, or not
+# what importing edgespec sets for its own llama.cpp: llama.cpp's runs must not inherit it
+EDGESPEC_ENV = ("GGML_CPU_TILED_MM", "GOMP_SPINCOUNT")
+
+
+def llama_env(extra: dict[str, str]) -> dict[str, str]:
+    """The environment of a llama.cpp process: this one's, less edgespec's kernel settings."""
+    return {**{k: v for k, v in os.environ.items() if k not in EDGESPEC_ENV}, **extra}
+
 
 PROBE = """
 import json, sys, time
@@ -81,7 +89,7 @@ def llama_bench_pp(binary: str, path: str, n: int, threads: int, env, flags, cpu
         cmd = [binary, "-m", path, "-p", str(n), "-n", "0", "-t", str(threads), "-r", str(reps)]
         before = os.times()
         out = subprocess.run(
-            [*cmd, "-o", "json", *flags], env={**os.environ, **env}, capture_output=True, text=True
+            [*cmd, "-o", "json", *flags], env=llama_env(env), capture_output=True, text=True
         )
         after = os.times()
         if out.returncode:
@@ -154,8 +162,9 @@ def servers_pp(a: argparse.Namespace, path: str, extra: list[str]) -> dict[str, 
                                "--threads", str(t), "--ctx", "4096", "--parallel", "1",
                                "--port", "18432", "--quiet"],
         }  # fmt: skip
-        procs = {k: subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                 for k, c in cmds.items()}  # fmt: skip
+        envs = {"llama-server": llama_env({}), "edgespec-serve": dict(os.environ)}
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        procs = {k: subprocess.Popen(c, env=envs[k], **quiet) for k, c in cmds.items()}
         try:
             for k, port in (("llama-server", 18431), ("edgespec-serve", 18432)):
                 _wait_up(procs[k], port)
