@@ -36,6 +36,18 @@ def test_a_later_request_drafts_from_an_earlier_ones_output() -> None:
     assert draft.match_len == 20  # weighed by the adaptive policy like the context's
 
 
+def test_a_replys_first_proposal_from_the_history_counts_no_long_agreement() -> None:
+    history = LookupHistory()
+    earlier_output = list(range(100, 140))
+    history.add([1, 2, 3, *earlier_output])
+    prompt = [7, 8, 9, *earlier_output[:20]]
+    d = NgramDrafter(history=history)
+    d.prefill(prompt)  # right after the prompt: agreement is not yet the reply's own
+    first = _propose(d, prompt)
+    assert first.tokens == earlier_output[20:28] and first.match_len == d.n_max
+    assert _propose(d, [*prompt, earlier_output[20]]).match_len == 21
+
+
 def test_the_history_is_consulted_only_where_the_context_has_no_match() -> None:
     history = LookupHistory()
     source = list(range(100, 160))

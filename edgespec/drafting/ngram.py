@@ -58,9 +58,10 @@ class NgramDrafter:
 
     A match's ``match_len`` counts its agreement beyond that of any compared occurrence
     the context followed by another token, and a reply's first proposal (right after
-    ``prefill``) counts no agreement beyond its gram: at the start of a chat reply the
-    tail is the template's turn markers, which agree with every earlier turn's start
-    (16 tokens of ChatML as text) and predict nothing. On the agent corpus's tuning
+    ``prefill``, from the context or the history) counts no agreement beyond its gram:
+    at the start of a chat reply the tail is the template's turn markers, which agree
+    with every earlier turn's start (16 tokens of ChatML as text) and predict nothing
+    (an editor's resent prompt loses one round's trust in its history). On the agent corpus's tuning
     half (64 tokens, real runs, two repetitions on a busy machine) 1.06-2.03x the
     tokens/s without the two, where a long first draft that missed used up the loss
     budget and left the rest of the reply plain.
@@ -123,15 +124,16 @@ class NgramDrafter:
         self._sync(context)
         tokens: list[int] = []
         match_len = 0
+        first = len(context) == self._prompt_len  # a reply's first proposal
         for k in range(min(self.n_max, len(context) - 1), self.n_min - 1, -1):
             entry = self._index.get(tuple(context[-k:]))
             if entry is not None:
                 end, successor = entry
                 end, match_len = self._best_occurrence(context, end, k)
-                if len(context) == self._prompt_len:
-                    # a reply's first proposal: the prompt's tail is the chat template's
-                    # turn markers (or the user's words), which agree with every earlier
-                    # turn's start; whether the reply copies shows in its own tokens
+                if first:
+                    # the prompt's tail is the chat template's turn markers (or the
+                    # user's words), which agree with every earlier turn's start;
+                    # whether the reply copies shows in its own tokens
                     match_len = min(match_len, k)
                 if successor == _CONTESTED and match_len < CONTESTED_MIN_MATCH:
                     match_len = 0
@@ -144,6 +146,8 @@ class NgramDrafter:
             found = self.history.lookup(context, n, longer_than=match_len)
             if found is not None:
                 tokens, match_len = found
+                if first:  # as above: earlier requests began their replies alike
+                    match_len = min(match_len, self.n_max)
         if not tokens and not match_len:
             return Draft([], [])
         return Draft(tokens, _point_masses(tokens, sampling), match_len=match_len)
