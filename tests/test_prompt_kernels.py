@@ -141,7 +141,7 @@ def test_speculative_equals_plain_over_turns_with_prefix_reuse(gemma, twin, stop
         spec = generate(gemma, first, drafter=NgramDrafter(), max_tokens=40, gamma=6, stop=stop)
         assert spec.tokens == plain.tokens, turn
         assert (gemma.tokens, bytes(gemma.tiled_at)) == (twin.tokens, bytes(twin.tiled_at))
-        assert spec.stats.drafted > spec.stats.accepted > 0  # rollbacks happened, and hits
+        assert spec.stats.drafted > spec.stats.accepted  # drafts, rejections (rollbacks)
         if turn == 1:
             assert spec.stats.prompt_cached > 1000  # the turn paid for its new tokens only
         first = first + plain.text + " and then the river stone light quiet"
