@@ -153,6 +153,8 @@ def post(
             status, text = r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         status, text = e.code, e.read().decode()
+    except (urllib.error.URLError, OSError) as e:  # the server gone: the run goes on
+        return 0, f"no answer: {e}"
     try:
         return status, json.loads(text)
     except ValueError:
@@ -319,10 +321,10 @@ def main(argv: list[str] | None = None) -> int:
             log = Path(tmp) / f"{model}.log"
             with serve(model, args.threads, args.ctx, log) as base:
                 report["models"][model] = run_model(base, model, schemas, args)
-    report["summary"] = summarize(report)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=1) + "\n")
+            report["summary"] = summarize(report)
+            if args.out:  # after each model: a run stopped later keeps what it has
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(json.dumps(report, indent=1) + "\n")
     print_table(report)
     return 0
 
