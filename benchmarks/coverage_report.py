@@ -2,11 +2,11 @@
 """The schema coverage report: totals, the per-schema table, several runs merged.
 
 ``schema_coverage.py`` writes one JSON report per run; this module sums it up. Outputs
-are counted in two groups. **Enforced** schemas are those llguidance compiles as given:
-every keyword that decides validity is in the grammar, so every finished output must
-validate (issue 52's goal). **Lenient-only** schemas compile only with unenforceable
-keywords ignored (``strict: false``, the mode tool parameters use): a finished output
-may break exactly those keywords (``uniqueItems`` over free strings,
+are counted in two groups. **Enforced** schemas are those the server accepts as a
+strict ``response_format``: every keyword that decides validity is in the grammar, so
+every finished output must validate (issue 52's goal). **Lenient-only** schemas compile
+only with unenforceable keywords ignored (``strict: false``, the mode tool parameters
+use): a finished output may break exactly those keywords (``uniqueItems`` over free strings,
 ``dependentRequired``, ``propertyNames``...), and such outputs are counted apart with
 the keyword that failed.
 
@@ -51,10 +51,11 @@ def summarize(report: dict[str, Any]) -> dict[str, Any]:
         for kind in ("outputs", "tool_outputs"):
             m[kind] = _group([o for r in rows.values() for o in r[kind]])
         every = [(n, o) for n, r in rows.items() for o in r["outputs"] + r["tool_outputs"]]
-        m["enforced"] = _group([o for n, o in every if n in compiled])
-        m["lenient_only"] = _group([o for n, o in every if n not in compiled])
+        strict = {n for n, r in rows.items() if r.get("response_format")}
+        m["enforced"] = _group([o for n, o in every if n in strict])
+        m["lenient_only"] = _group([o for n, o in every if n not in strict])
         m["invalid"] = [
-            {"schema": n, "enforced": n in compiled, "error": o.get("error", "")[:200]}
+            {"schema": n, "enforced": n in strict, "error": o.get("error", "")[:200]}
             for n, o in every
             if o["finished"] and not o["valid"]
         ]

@@ -169,3 +169,31 @@ def test_all_of_parts_stay_open() -> None:
     Grammar.from_json_schema(schema)
     closed, _ = prepare({"type": "object", "properties": {"a": {}}}, strict=True)
     assert closed["additionalProperties"] is False
+
+
+def test_format_date_is_a_calendar_day() -> None:
+    """``format: date`` becomes a pattern that admits exactly the days a validator
+    accepts (llguidance's own admits 0000-01-01 and February 30): every string of the
+    shape YYYY-MM-DD over a spread of years, leap and not, checked against Python's
+    calendar."""
+    import datetime
+    import re
+
+    from edgespec.grammar.schema import DATE_PATTERN
+
+    out, _ = prepare({"type": "string", "format": "date"}, strict=True)
+    assert out["pattern"] == DATE_PATTERN and "format" not in out
+    pattern = re.compile(DATE_PATTERN)
+    for year in (0, 1, 4, 100, 400, 1900, 1999, 2000, 2023, 2024, 2100, 9999):
+        for month in range(0, 14):
+            for day in range(0, 33):
+                text = f"{year:04d}-{month:02d}-{day:02d}"
+                try:
+                    datetime.date(year, month, day)
+                    valid = True
+                except ValueError:
+                    valid = False
+                assert bool(pattern.fullmatch(text)) == valid, text
+    # a schema's own pattern is kept (and the format with it, as llguidance reads it)
+    own, _ = prepare({"type": "string", "format": "date", "pattern": "^20"}, strict=True)
+    assert own["pattern"] == "^20" and own["format"] == "date"

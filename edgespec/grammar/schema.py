@@ -30,6 +30,16 @@ UNENFORCED_FORMATS = frozenset(
 # (any other format, such as OpenAPI's int32, binary or password, is an annotation: the
 # format-annotation vocabulary says so for values a validator does not know)
 
+# RFC 3339's full-date as validators read it (a real calendar day, year 0001 to 9999):
+# llguidance's own "date" admits year 0000 and February 30 (a Gemma output, 0000-01-01,
+# failed jsonschema's check)
+_YEAR = "(?:[0-9]{3}[1-9]|[0-9]{2}[1-9][0-9]|[0-9][1-9][0-9]{2}|[1-9][0-9]{3})"
+_LEAP_YEAR = "(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
+DATE_PATTERN = (
+    f"^(?:{_YEAR}-(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1[0-9]|2[0-8])|(?:0[13-9]|1[0-2])-(?:29|30)"
+    f"|(?:0[13578]|1[02])-31)|{_LEAP_YEAR}-02-29)$"
+)
+
 #: assertion keywords llguidance does not implement: refused when strict, else ignored
 UNENFORCED = ("not", "if", "then", "else", "dependentRequired", "dependentSchemas",
               "dependencies", "contains", "minContains", "maxContains", "propertyNames",
@@ -128,6 +138,10 @@ def _close_object(sub: dict[str, Any]) -> None:
 
 def _drop_annotation_formats(sub: dict[str, Any], where: str, *, strict: bool) -> None:
     fmt = sub.get("format")
+    if fmt == "date" and "pattern" not in sub:
+        sub["pattern"] = DATE_PATTERN  # a calendar day (see DATE_PATTERN)
+        del sub["format"]
+        return
     if fmt is None or fmt in ENFORCED_FORMATS:
         return
     if strict and fmt in UNENFORCED_FORMATS:

@@ -108,6 +108,7 @@ class Supervisor:
         self.state = State()
         self.lock = threading.Condition()
         self._stopping = False
+        self._forwarder: threading.Thread | None = None
         self._proc: subprocess.Popen[str] | None = None
         self._dir = tempfile.TemporaryDirectory(prefix="edgespec-serve-")
 
@@ -138,7 +139,10 @@ class Supervisor:
                     self.state.child = (m.group(1), int(m.group(2)))
                 if first and self.on_first_ready is not None:
                     self.on_first_ready(line)
-                threading.Thread(target=self._forward, args=(proc, tail), daemon=True).start()
+                self._forwarder = threading.Thread(
+                    target=self._forward, args=(proc, tail), daemon=True
+                )
+                self._forwarder.start()
                 return tail
             self.log(line)
             tail[:] = [*tail[-4:], line]
@@ -167,7 +171,10 @@ class Supervisor:
             if self.state.child is not None:  # it serves
                 self._served(first)
                 rc = proc.wait()
-                time.sleep(0.05)  # (its last stderr lines are forwarded)
+                # its last stderr lines forwarded first: a loss it told of is a loss
+                # (on a busy machine the forwarder may lag the exit)
+                if self._forwarder is not None:
+                    self._forwarder.join(timeout=5.0)
                 if self._stopped():
                     return 0
                 self._ended(rc, tail)
