@@ -46,8 +46,8 @@ _EXPORTS: dict[str, str] = {
     "resolve_model": "loading",
     "parse_draft_spec": "drafting.build",
     "DraftSpec": "drafting.build",
-    "DEFAULT_MAX_TOKENS": "engine",
-    "DEFAULT_GAMMA": "engine",
+    "DEFAULT_MAX_TOKENS": "speculation.loop",
+    "DEFAULT_GAMMA": "speculation.loop",
     "DEFAULT_CTX": "backend",
     "DEFAULT_RPC_TIMEOUT_S": "backend",
     # sampling and constraints
@@ -102,7 +102,7 @@ _EXPORTS: dict[str, str] = {
     # gamma="auto": the adaptive policy (one can be carried across calls) and the
     # target's verify-cost curve it plans with
     "AdaptiveGamma": "policy.adaptive",
-    "make_policy": "planning",
+    "make_policy": "speculation.planning",
     "CostCurve": "policy.costs",
     "load_or_measure": "policy.costs",
     "measure_curve": "policy.costs",
@@ -292,7 +292,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from .drafting.history import LookupHistory
     from .drafting.model import ModelDrafter
     from .drafting.ngram import NgramDrafter
-    from .engine import DEFAULT_GAMMA, DEFAULT_MAX_TOKENS
     from .errors import (
         BackendError,
         CatalogError,
@@ -309,7 +308,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
     from .grammar import Grammar, GrammarError
     from .loading import LoadOptions, resolve_model
     from .modelstore.catalog import Catalog, CatalogModel, load_catalog
-    from .planning import make_policy
     from .policy.adaptive import AdaptiveGamma
     from .policy.costs import CostCurve, load_or_measure, measure_curve, use_curve
     from .sampling import (
@@ -322,3 +320,5 @@ if TYPE_CHECKING:  # what type checkers and IDEs see: the same names, imported e
         process_logits,
     )
     from .server.app import EdgespecServer
+    from .speculation.loop import DEFAULT_GAMMA, DEFAULT_MAX_TOKENS
+    from .speculation.planning import make_policy

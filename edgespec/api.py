@@ -20,14 +20,14 @@ from .chat_template import CHATML, ChatFormat
 from .drafting import Drafter
 from .drafting.build import AUTO, attach_history, build_drafter
 from .drafting.history import LookupHistory
-from .engine import DEFAULT_GAMMA, DEFAULT_MAX_TOKENS
-from .engine import stream_generate as _engine_stream
 from .events import DoneEvent, Event
 from .grammar import Grammar
 from .loading import LoadOptions, load_pair, resolve_model
 from .params import check_gamma
 from .policy.adaptive import AdaptiveGamma
 from .sampling import SamplingParams
+from .speculation.loop import DEFAULT_GAMMA, DEFAULT_MAX_TOKENS
+from .speculation.loop import stream_generate as _engine_stream
 
 #: The drafter ``load`` builds unless told otherwise: n-gram prompt lookup, which the
 #: adaptive gamma turns off where it does not pay.

@@ -10,11 +10,11 @@ import pytest
 from edgespec.backend import LlamaModel
 from edgespec.drafting import CompositeDrafter, ModelDrafter
 from edgespec.drafting.ngram import NgramDrafter
-from edgespec.engine import generate
-from edgespec.planning import resolve_gamma
 from edgespec.policy import adaptive, costs, gap_calibration
 from edgespec.policy.adaptive import FIRST_PROBE_AFTER, AdaptiveGamma
 from edgespec.policy.costs import CostCurve, load_or_measure
+from edgespec.speculation.loop import generate
+from edgespec.speculation.planning import resolve_gamma
 
 # Measured shape on this project's 2-core CPUs (Gemma 3 270M): k=2 2.2x, 4 3x, 8 3.7x, 16 5x.
 CPU_RATIOS = [1.0, 2.2, 2.6, 3.0, 3.2, 3.35, 3.5, 3.6, 3.7, 3.85, 4.0, 4.2, 4.4, 4.6, 4.8, 5.0, 5.1]
@@ -565,7 +565,7 @@ def test_only_rounds_that_ran_the_draft_model_teach_its_step() -> None:
     """A plain round's draft_s is a few microseconds of bookkeeping: counted as a draft
     step it made drafting look free (draft_scale near 0). A round that ran the model
     and kept nothing counts as one step."""
-    from edgespec.planning import RoundPlan, RoundPlanner, RoundResult
+    from edgespec.speculation.planning import RoundPlan, RoundPlanner, RoundResult
 
     p = AdaptiveGamma(GPU_LIKE, draft_step_s=0.01)
 

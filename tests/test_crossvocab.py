@@ -14,10 +14,10 @@ from edgespec.drafting import CompositeDrafter, ModelDrafter
 from edgespec.drafting.compat import incompatibility
 from edgespec.drafting.crossvocab import CrossVocabDrafter
 from edgespec.drafting.ngram import NgramDrafter
-from edgespec.engine import generate
 from edgespec.errors import ModelLoadError
 from edgespec.loading import load_pair
 from edgespec.sampling import SamplingParams
+from edgespec.speculation.loop import generate
 
 PROMPTS = ["Hello world", "The people of the world said", "日本語 café ü — the time"]
 GREEDY = SamplingParams()

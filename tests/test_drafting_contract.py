@@ -15,11 +15,11 @@ from edgespec.drafting import CompositeDrafter, Draft, Drafter, ModelDrafter, bu
 from edgespec.drafting.build import DraftSpec, parse_draft_spec
 from edgespec.drafting.crossvocab import CrossVocabDrafter
 from edgespec.drafting.ngram import NgramDrafter
-from edgespec.engine import generate
 from edgespec.errors import ModelLoadError
-from edgespec.planning import _split_lookup
 from edgespec.policy.adaptive import AdaptiveGamma
 from edgespec.policy.costs import CostCurve
+from edgespec.speculation.loop import generate
+from edgespec.speculation.planning import _split_lookup
 
 
 @pytest.fixture(scope="module")

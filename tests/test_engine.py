@@ -11,10 +11,10 @@ from edgespec.backend import LlamaModel
 from edgespec.drafting import ModelDrafter
 from edgespec.drafting.compat import check_compatible
 from edgespec.drafting.ngram import NgramDrafter
-from edgespec.engine import generate, stream_generate
 from edgespec.errors import ContextFullError, IncompatibleModelsError, InvalidParameterError
 from edgespec.events import DoneEvent, RoundEvent, StopReason, TokenEvent, TokenKind
 from edgespec.sampling import SamplingParams
+from edgespec.speculation.loop import generate, stream_generate
 
 PROMPTS = [
     "Hello world",

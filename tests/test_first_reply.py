@@ -20,9 +20,9 @@ import pytest
 from edgespec.backend import LlamaModel
 from edgespec.completion.session import CompletionSession
 from edgespec.drafting.ngram import NgramDrafter
-from edgespec.engine import generate, stream_generate
 from edgespec.events import TokenEvent
 from edgespec.policy import adaptive, costs, gap_calibration
+from edgespec.speculation.loop import generate, stream_generate
 
 PROMPT = "the cat sat on the mat and the dog sat on the mat and the cat"
 

@@ -17,12 +17,12 @@ import pytest
 from edgespec.backend import LlamaModel
 from edgespec.drafting import CompositeDrafter, ModelDrafter
 from edgespec.drafting.ngram import NgramDrafter
-from edgespec.engine import generate
 from edgespec.errors import InvalidParameterError
 from edgespec.events import StopReason
 from edgespec.grammar import Grammar, GrammarError
 from edgespec.sampling import SamplingParams, apply_penalties, greedy_tokens, process_logits
-from edgespec.shaping import Shaper
+from edgespec.sampling.context_processing import Shaper
+from edgespec.speculation.loop import generate
 from tests.test_sampling_distribution import ALPHA, _pvalue
 
 RUNS = 2000
@@ -263,8 +263,8 @@ def test_grammar_drafts_keep_greedy_output(models, which: str) -> None:
 
 
 def test_grammar_drafts_carry_their_kinds(models) -> None:
-    from edgespec.engine import stream_generate
     from edgespec.events import TokenEvent, TokenKind
+    from edgespec.speculation.loop import stream_generate
 
     target, _ = models
     grammar = Grammar.from_json_schema(RECORD)
@@ -379,8 +379,8 @@ class _AdmitsNothing:
 
 @pytest.mark.parametrize("sp", [SamplingParams(), SAMPLED[0]], ids=["greedy", "sampled"])
 def test_a_mask_that_admits_nothing_gives_no_token(models, sp: SamplingParams) -> None:
-    from edgespec.engine import speculative_step
-    from edgespec.verify import NO_TOKEN
+    from edgespec.speculation.loop import speculative_step
+    from edgespec.speculation.verify import NO_TOKEN
 
     target, draft = models
     prompt = target.tokenize("a a a", parse_special=True)

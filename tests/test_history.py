@@ -13,7 +13,7 @@ from edgespec.drafting.build import attach_history, fork_drafter
 from edgespec.drafting.composite import CompositeDrafter
 from edgespec.drafting.history import HISTORY_CONTESTED_MIN_MATCH, LookupHistory
 from edgespec.drafting.ngram import NgramDrafter
-from edgespec.engine import generate
+from edgespec.speculation.loop import generate
 
 GREEDY = np.random.default_rng(0)
 

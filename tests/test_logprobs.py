@@ -18,11 +18,11 @@ import pytest
 
 from edgespec.backend import LlamaModel
 from edgespec.drafting import ModelDrafter
-from edgespec.engine import generate, stream_generate
 from edgespec.errors import InvalidParameterError
 from edgespec.events import DoneEvent, TokenEvent, TokenKind
 from edgespec.grammar import Grammar
 from edgespec.sampling import SamplingParams, apply_penalties, process_logits
+from edgespec.speculation.loop import generate, stream_generate
 
 PROMPT = "Once upon a time"
 TOP = 5

@@ -7,8 +7,8 @@ import pytest
 
 from edgespec.backend import LlamaModel
 from edgespec.drafting.ngram import NgramDrafter
-from edgespec.engine import generate
 from edgespec.sampling import SamplingParams
+from edgespec.speculation.loop import generate
 
 GREEDY = SamplingParams()
 RNG = np.random.default_rng(0)

@@ -22,10 +22,10 @@ from edgespec.backend import LlamaModel
 from edgespec.drafting import ModelDrafter
 from edgespec.drafting.build import fork_drafter
 from edgespec.drafting.ngram import NgramDrafter
-from edgespec.engine import generate
 from edgespec.policy import adaptive
 from edgespec.policy.costs import load_or_measure
 from edgespec.sampling import SamplingParams
+from edgespec.speculation.loop import generate
 from tests.test_sampling_distribution import ALPHA, _exact_first_two, _pvalue
 
 PROMPTS = [

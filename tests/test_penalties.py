@@ -14,13 +14,12 @@ import llama_cpp as ll
 import numpy as np
 import pytest
 
-from edgespec import shaping
 from edgespec.backend import LlamaModel
 from edgespec.drafting import CompositeDrafter, ModelDrafter
 from edgespec.drafting.ngram import NgramDrafter
-from edgespec.engine import generate
 from edgespec.errors import InvalidParameterError
-from edgespec.sampling import SamplingParams, apply_penalties, process_logits
+from edgespec.sampling import SamplingParams, apply_penalties, context_processing, process_logits
+from edgespec.speculation.loop import generate
 from tests.test_sampling_distribution import ALPHA, _pvalue
 
 RUNS = 2000
@@ -130,7 +129,7 @@ def test_defaults_cost_nothing(synthetic_models, monkeypatch: pytest.MonkeyPatch
     def no_shaper(*args, **kwargs):
         raise AssertionError("a Shaper was built for default sampling")
 
-    monkeypatch.setattr(shaping, "Shaper", no_shaper)
+    monkeypatch.setattr(context_processing, "Shaper", no_shaper)
     with LlamaModel(synthetic_models["target"], n_ctx=256, n_threads=1) as target:
         generate(target, "Once upon a time", max_tokens=8, gamma=2, drafter=NgramDrafter())
         generate(target, "Once upon a time", max_tokens=8, sampling=SamplingParams(temperature=1))

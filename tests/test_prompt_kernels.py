@@ -19,8 +19,8 @@ import pytest
 from edgespec.backend import LlamaModel
 from edgespec.backend.rows import PROMPT_MIN_ROWS, prompt_rows
 from edgespec.drafting.ngram import NgramDrafter
-from edgespec.engine import generate
 from edgespec.policy import adaptive
+from edgespec.speculation.loop import generate
 
 N_CTX = 3072
 WORDS = [

@@ -9,8 +9,8 @@ import pytest
 from edgespec.backend import LlamaModel
 from edgespec.drafting import ModelDrafter
 from edgespec.drafting.compat import check_compatible
-from edgespec.engine import generate
 from edgespec.errors import IncompatibleModelsError
+from edgespec.speculation.loop import generate
 
 pytestmark = pytest.mark.real_model
 

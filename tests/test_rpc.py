@@ -27,9 +27,9 @@ from edgespec.backend.rpc_watch import cut_connections
 from edgespec.commands.worker import bind_address
 from edgespec.drafting import ModelDrafter
 from edgespec.drafting.ngram import NgramDrafter
-from edgespec.engine import generate
 from edgespec.errors import BackendError, InvalidParameterError
 from edgespec.sampling import SamplingParams
+from edgespec.speculation.loop import generate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from latency_proxy import LatencyProxy  # noqa: E402  (the harness's loopback proxy)

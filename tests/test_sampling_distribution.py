@@ -16,10 +16,10 @@ from scipy import stats as sps
 
 from edgespec.backend import LlamaModel
 from edgespec.drafting import ModelDrafter
-from edgespec.engine import generate
 from edgespec.policy.adaptive import AdaptiveGamma
 from edgespec.policy.costs import CostCurve
 from edgespec.sampling import SamplingParams, process_logits
+from edgespec.speculation.loop import generate
 
 ALPHA = 2.5e-5
 RUNS = 2000

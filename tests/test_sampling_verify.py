@@ -11,7 +11,7 @@ from scipy import stats as sps
 
 from edgespec.errors import InvalidParameterError
 from edgespec.sampling import SamplingParams, TokenDist, process_logits, residual
-from edgespec.verify import accept_greedy, accept_rejection
+from edgespec.speculation.verify import accept_greedy, accept_rejection
 
 ALPHA = 1e-5
 

@@ -22,8 +22,8 @@ from edgespec.backend.quantize import quantize_model
 from edgespec.drafting import ModelDrafter
 from edgespec.drafting.build import fork_drafter
 from edgespec.drafting.ngram import NgramDrafter
-from edgespec.engine import generate
 from edgespec.policy import adaptive
+from edgespec.speculation.loop import generate
 
 pytestmark = pytest.mark.real_model
 

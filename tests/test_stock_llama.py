@@ -54,7 +54,7 @@ import edgespec.backend.model as model_mod
 from edgespec.backend import SWA_RING, LlamaModel
 from edgespec.backend.bindings import TILED_MODE
 from edgespec.drafting.ngram import NgramDrafter
-from edgespec.engine import generate
+from edgespec.speculation.loop import generate
 from edgespec.policy import adaptive
 
 def probe(path):

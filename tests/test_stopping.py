@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgespec.stopping import StopSequenceMatcher
+from edgespec.sampling.stops import StopSequenceMatcher
 
 
 def stream(matcher: StopSequenceMatcher, pieces: list[str]) -> tuple[list[str], str, bool]:

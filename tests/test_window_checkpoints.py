@@ -11,7 +11,7 @@ import pytest
 
 from edgespec.backend import SWA_RING, LlamaModel
 from edgespec.backend.checkpoints import MAX_CHECKPOINTS
-from edgespec.engine import generate
+from edgespec.speculation.loop import generate
 
 pytestmark = [
     pytest.mark.real_model,

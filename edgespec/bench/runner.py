@@ -21,13 +21,13 @@ from pathlib import Path
 from ..backend import DEFAULT_CTX, LlamaModel, cpu_has_amx
 from ..chat_template import CHATML, ChatFormat
 from ..drafting import Drafter, build_drafter
-from ..engine import generate, stream_generate
 from ..errors import InvalidParameterError
 from ..events import DoneEvent, RoundEvent
 from ..loading import LoadOptions, load_pair, resolve_model
-from ..planning import make_policy
 from ..policy.costs import load_or_measure
 from ..sampling import SamplingParams
+from ..speculation.loop import generate, stream_generate
+from ..speculation.planning import make_policy
 from . import llamacpp, llamaserver
 from .memory import peak_rss_mib, reset_peak_rss
 from .stats import RunRecord, ceiling_at

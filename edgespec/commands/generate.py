@@ -9,11 +9,11 @@ from pathlib import Path
 
 from ..backend import LlamaModel
 from ..chat_template import ChatFormat
-from ..engine import stream_generate
 from ..errors import InvalidParameterError
 from ..events import DoneEvent, TokenEvent, TokenKind
 from ..loading import load_pair
 from ..policy.gap_calibration import calibration_note, calibration_progress
+from ..speculation.loop import stream_generate
 from .options import add_model_options, add_sampling_options, load_options, sampling_from_args
 
 DEFAULT_PROMPT = "The three most useful things to know about the sea are"

@@ -14,7 +14,6 @@ from ..backend import (
     parse_rpc_endpoints,
 )
 from ..drafting.build import AUTO
-from ..engine import DEFAULT_GAMMA, DEFAULT_MAX_TOKENS
 from ..errors import InvalidParameterError
 from ..loading import LoadOptions
 from ..params import check_gamma, check_max_tokens, check_seed, check_whole
@@ -25,6 +24,7 @@ from ..sampling import (
     DEFAULT_TOP_P,
     SamplingParams,
 )
+from ..speculation.loop import DEFAULT_GAMMA, DEFAULT_MAX_TOKENS
 
 DEFAULT_TARGET = "gemma-3-270m"  # base model: completion and code
 DEFAULT_CHAT_TARGET = "smollm2-135m-instruct"  # the embedded model with a chat template

@@ -23,15 +23,15 @@ from ..chat_template import CHATML, ChatFormat
 from ..drafting import Drafter
 from ..drafting.build import attach_history
 from ..drafting.history import LookupHistory
-from ..engine import DEFAULT_GAMMA, stream_generate
 from ..errors import ContextFullError, InvalidParameterError
 from ..events import DoneEvent, RoundEvent, Stats, StopReason, TokenEvent, TokenKind
 from ..grammar import Grammar
 from ..loading import LoadOptions, load_pair
 from ..params import check_gamma
-from ..planning import make_policy
 from ..policy.adaptive import AdaptiveGamma
 from ..sampling import SamplingParams
+from ..speculation.loop import DEFAULT_GAMMA, stream_generate
+from ..speculation.planning import make_policy
 from .codestop import CodeStop
 from .fim import ExtraChunk, FimPrompt, build_fim_prompt, fim_stop_tokens
 

@@ -24,7 +24,6 @@ from ..backend import LlamaModel
 from ..bench.runner import LoadedDrafter, short_name
 from ..bench.stats import median
 from ..drafting import Drafter, build_drafter
-from ..engine import generate
 from ..errors import InvalidParameterError
 from ..loading import LoadOptions, load_pair, resolve_model
 from ..policy.costs import (
@@ -37,6 +36,7 @@ from ..policy.costs import (
     machine_key,
     read_cache,
 )
+from ..speculation.loop import generate
 from . import predict
 from .environment import environment
 from .prompts import Prompt, default_prompts, history_prompts, read_prompts

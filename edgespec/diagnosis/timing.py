@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from ..backend import LlamaModel
 from ..bench.runner import LoadedDrafter
 from ..drafting import Drafter
-from ..engine import stream_generate
 from ..events import DoneEvent, RoundEvent
+from ..speculation.loop import stream_generate
 from . import predict
 from .report import Exactness
 

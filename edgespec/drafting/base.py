@@ -10,7 +10,7 @@ import numpy as np
 
 from ..backend import LlamaModel
 from ..sampling import SamplingParams, TokenDist, greedy_tokens, process_logits
-from ..shaping import Shaper
+from ..sampling.context_processing import Shaper
 
 # keep(i, p): is draft token i (1-based), whose draft probability with tokens 1..i-1
 # is p, worth verifying? Supplied by the adaptive policy; drafters stop at a "no".

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..backend import LlamaModel
 from ..sampling import SamplingParams
-from ..shaping import Shaper
+from ..sampling.context_processing import Shaper
 from .base import Draft, Drafter, KeepDrafting
 
 

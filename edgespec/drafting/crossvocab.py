@@ -41,7 +41,7 @@ import numpy as np
 
 from ..backend import LlamaModel
 from ..sampling import SamplingParams, TokenDist, greedy_tokens, process_logits
-from ..shaping import Shaper
+from ..sampling.context_processing import Shaper
 from .base import Draft, KeepDrafting, top_probability
 from .tli import TokenMap, propose_shared
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..sampling import SamplingParams, TokenDist
-from ..shaping import Shaper
+from ..sampling.context_processing import Shaper
 from .base import Draft, KeepDrafting
 
 if TYPE_CHECKING:

@@ -4,9 +4,10 @@ A ``Grammar`` is a checked llguidance grammar, independent of any model: from a 
 Schema (OpenAI's structured outputs, llama-server's ``json_schema``), Lark, GBNF
 (llama.cpp's grammar syntax, converted to Lark) or a regular expression. The engine
 binds it to the target's vocabulary (``LlamaModel.grammar``) for each generation and
-masks p and q at every draft position (``edgespec/shaping.py``), so the speculative
-output is exactly the constrained target's. Tool-call grammars are built in
-``edgespec.grammar.tools``. See docs/constrained-decoding.md.
+masks p and q at every draft position
+(``edgespec/sampling/context_processing.py``), so the speculative output is exactly
+the constrained target's. Tool-call grammars are built in ``edgespec.grammar.tools``.
+See docs/constrained-decoding.md.
 """
 
 from __future__ import annotations

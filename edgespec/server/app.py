@@ -33,7 +33,6 @@ from ..grammar.tools import special_tokens, tool_grammar
 from ..tools import ToolError
 from ..tools.formats import GENERIC, detect
 from .errors import ApiError, bad_request, from_exception
-from .extras import detokenize, props, tokenize
 from .fields import parse_json
 from .generate import Build, Prepared, generate
 from .metrics import Metrics, render
@@ -49,6 +48,7 @@ from .responses import InfillFormat, OpenAIFormat, ResponseFormat
 from .slots import DEFAULT_MAX_QUEUE, Scheduler
 from .tool_fields import tool_error
 from .transport import JsonHandler
+from .utility_endpoints import detokenize, props, tokenize
 
 DEFAULT_MAX_BODY = 4 * 1024 * 1024
 API_KEY_ENV = "EDGESPEC_API_KEY"

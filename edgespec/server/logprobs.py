@@ -5,7 +5,7 @@ text completions (OpenAI's legacy shape): ``{"tokens", "token_logprobs",
 "top_logprobs": [{text: logprob}], "text_offset"}``; llama-server's
 ``completion_probabilities``: the chat entries as a list. Each entry also carries
 the token's ``id``, as llama-server's do. The values are the engine's: see
-``edgespec.engine.stream_generate`` (logprobs).
+``edgespec.speculation.loop.stream_generate`` (logprobs).
 """
 
 from __future__ import annotations

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..completion.fim import ExtraChunk
-from ..engine import DEFAULT_MAX_TOKENS
 from ..errors import InvalidParameterError
 from ..grammar import Grammar
 from ..params import check_max_tokens
 from ..sampling import DEFAULT_MIN_P, DEFAULT_TOP_K, DEFAULT_TOP_P, SamplingParams
+from ..speculation.loop import DEFAULT_MAX_TOKENS
 from ..tools import ToolRequest
 from .errors import bad_request
 from .fields import Fields

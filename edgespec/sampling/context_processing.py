@@ -21,10 +21,11 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .backend import GrammarMatcher, LlamaModel
-from .grammar import Grammar, GrammarError
-from .sampling import SamplingParams, TokenDist, apply_penalties, greedy_tokens, process_logits
-from .verify import NO_TOKEN
+from ..backend import GrammarMatcher, LlamaModel
+from ..grammar import Grammar, GrammarError
+from ..speculation.verify import NO_TOKEN
+from .params import SamplingParams
+from .processing import TokenDist, apply_penalties, greedy_tokens, process_logits
 
 #: a mask admitting tokens in at most this many of its 32-token words is applied by
 #: setting the admitted logits alone (else by a masked copy of the whole row)

@@ -1,6 +1,6 @@
 """A round's plan and outcome: which drafter proposes how many tokens (gamma).
 
-The engine (``edgespec/engine.py``) asks a ``RoundPlanner`` before every round and
+The engine (``edgespec/speculation/loop.py``) asks a ``RoundPlanner`` before every round and
 tells it what the round cost and yielded; with gamma "auto" the planner consults
 the adaptive policy (``edgespec/policy``), asking a lookup drafter first so that
 the policy knows the match it bets on.
@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .backend import LlamaModel
-from .drafting import CompositeDrafter, Draft, Drafter, KeepDrafting
-from .params import check_gamma
-from .policy.adaptive import AdaptiveGamma
-from .sampling import SamplingParams, TopLogprobs
+from ..backend import LlamaModel
+from ..drafting import CompositeDrafter, Draft, Drafter, KeepDrafting
+from ..params import check_gamma
+from ..policy.adaptive import AdaptiveGamma
+from ..sampling import SamplingParams, TopLogprobs
 
 
 @dataclass(frozen=True)
@@ -159,8 +159,8 @@ def make_policy(target: LlamaModel, drafter: Drafter, *, calibrate: bool = False
     (two sizes, well under a second). calibrate: measure the target's curve in full
     now if it is not cached (a benchmark's warm-up: nothing measured while timed).
     """
-    from .policy.costs import load_or_measure
-    from .policy.gap_calibration import policy_curve
+    from ..policy.costs import load_or_measure
+    from ..policy.gap_calibration import policy_curve
 
     if calibrate:
         load_or_measure(target)

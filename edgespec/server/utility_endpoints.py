@@ -11,8 +11,8 @@ from typing import Any
 
 from ..chat_template import CHATML
 from ..completion.session import CompletionSession
-from ..engine import DEFAULT_MAX_TOKENS
 from ..sampling import DEFAULT_MIN_P, DEFAULT_PENALTY_LAST_N, DEFAULT_TOP_K, DEFAULT_TOP_P
+from ..speculation.loop import DEFAULT_MAX_TOKENS
 from ..version import __version__
 from .errors import bad_request
 from .fields import Fields

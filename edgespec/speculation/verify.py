@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .sampling import TokenDist, residual
+from ..sampling import TokenDist, residual
 
 #: next_token when the target has no token to give (a grammar admits none there)
 NO_TOKEN = -1
