@@ -87,7 +87,7 @@ ASKS = [
     "Show me the first 40 lines of /etc/nginx/nginx.conf.",
     "Is it going to snow in Calgary this week? Fahrenheit please.",
     "Tell jon@example.net the meeting moved to 3pm.",
-    "Open ./src/edgespec/speculation/loop.py, 120 lines.",
+    "Open ./src/edgespec/engine.py, 120 lines.",
     "Forecast for Hobart, 5 days, celsius.",
     "Read the last log file /var/log/syslog, 200 lines.",
 ]
