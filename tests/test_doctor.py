@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import edgespec
@@ -111,6 +112,29 @@ def test_a_verify_that_costs_more_lowers_the_prediction() -> None:
     assert predict.speedup_of_rounds(0.8, [4] * 3, 0.1, linear)[0] == pytest.approx(
         predict.speedup(0.8, 4, 0.1, linear)
     )
+
+
+def test_acceptance_by_position_generalises_the_formula() -> None:
+    # every position at alpha: Leviathan's E
+    for alpha in (0.0, 0.4, 0.9, 1.0):
+        assert predict.expected_tokens([alpha] * 3, 5) == pytest.approx(
+            predict.expected_tokens(alpha, 5)
+        )
+    rounds = [(4, 4), (4, 0), (2, 2), (0, 0)]
+    assert predict.acceptance_by_position(rounds) == pytest.approx([2 / 3, 1.0, 1.0, 1.0])
+    assert predict.acceptance_by_position([(0, 0)]) == []
+    # rounds that all drafted g: E is exactly what they returned, whatever the pattern
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        g = int(rng.integers(1, 9))
+        rs = [(g, int(a)) for a in rng.integers(0, g + 1, size=30)]
+        curve = predict.acceptance_by_position(rs)
+        assert predict.expected_tokens(curve, g) == pytest.approx(sum(a + 1 for _, a in rs) / 30)
+    # a lookup's all-or-nothing drafts: a constant alpha overpredicts, the positions do not
+    lookup = [(8, 8)] * 6 + [(8, 0)] * 4
+    alpha = predict.alpha_of(lookup)
+    assert predict.expected_tokens(alpha, 8) > 1.15 * 5.8  # 6.67
+    assert predict.expected_tokens(predict.acceptance_by_position(lookup), 8) == pytest.approx(5.8)
 
 
 def test_best_gamma_only_at_timed_sizes_and_a_lookups_rounds() -> None:

@@ -36,7 +36,8 @@ class VerifyCurve:
 
 @dataclass(frozen=True)
 class DrafterResult:
-    """One drafter: what was measured, what Leviathan's formula predicts from it."""
+    """One drafter: what was measured, what Leviathan's formula predicts from it (with the
+    acceptance measured at each draft position)."""
 
     spec: str
     label: str
@@ -46,7 +47,8 @@ class DrafterResult:
     proposal_rate: float  # share of rounds that drafted anything (a lookup's < 1)
     verify_ratio: float  # cost(gamma + 1) / cost(1) as priced: measured in the runs
     calibrated_ratio: float  # ... and as the calibrated curve says
-    tokens_per_round: float  # E, predicted from alpha
+    tokens_per_round: float  # E, predicted from the acceptance at each draft position
+    tokens_per_round_constant: float  # E at a constant alpha (Leviathan's assumption)
     tokens_per_round_measured: float  # what the rounds returned (accepted + 1 each)
     round_cost: float  # a round's cost in plain steps, predicted
     predicted: float  # speed-up over plain, by the formula

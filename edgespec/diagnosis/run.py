@@ -239,8 +239,11 @@ def _result(
     c = sum(r.draft_s for r in mine) / drafted / step_s if drafted and step_s > 0 else 0.0
     lengths = [d for d, _ in rounds]
     pred, tokens, cost = (1.0, 1.0, 1.0)  # nothing drafted: plain rounds
+    constant = 1.0
     if alpha is not None:
-        pred, tokens, cost = predict.speedup_of_rounds(alpha, lengths, c, priced)
+        by_position = predict.acceptance_by_position(rounds)
+        pred, tokens, cost = predict.speedup_of_rounds(by_position, lengths, c, priced)
+        constant = predict.speedup_of_rounds(alpha, lengths, c, priced)[1]
     k = n_prompts  # runs are in prompt order, one repetition after another
     measured_reps = [
         rate(mine[i : i + k]) / rate(plain[i : i + k]) for i in range(0, len(plain), k)
@@ -256,6 +259,7 @@ def _result(
         verify_ratio=priced(gamma + 1),
         calibrated_ratio=calibrated(gamma + 1),
         tokens_per_round=tokens,
+        tokens_per_round_constant=constant,
         tokens_per_round_measured=sum(a + 1 for _, a in rounds) / len(rounds) if rounds else 1.0,
         round_cost=cost,
         predicted=pred,

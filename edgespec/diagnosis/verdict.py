@@ -29,14 +29,15 @@ def verdict(d: DrafterResult) -> DrafterResult:
     if d.proposal_rate < 1.0:
         parts.append(f"it proposed in {d.proposal_rate:.0%} of rounds")
     parts.append(
-        f"at acceptance {d.alpha:.2f} a round of {d.gamma} returns {d.tokens_per_round:.2f} "
-        f"tokens for {d.round_cost:.2f} steps' cost"
+        f"at acceptance {d.alpha:.2f} per token a round of {d.gamma} returns "
+        f"{d.tokens_per_round:.2f} tokens for {d.round_cost:.2f} steps' cost"
     )
-    if d.tokens_per_round > (1.0 + DISAGREE) * d.tokens_per_round_measured:
+    if abs(d.tokens_per_round_constant / d.tokens_per_round - 1.0) > DISAGREE:
         parts.append(
-            f"its rounds returned {d.tokens_per_round_measured:.2f}: acceptance is not "
-            "independent from token to token here (a lookup's is mostly all or nothing), "
-            "which the formula assumes"
+            "acceptance is not the same at every draft position here (a lookup's draft "
+            "is mostly right or wrong as a whole): the prediction takes each position's, "
+            f"where a constant {d.alpha:.2f} would predict "
+            f"{d.tokens_per_round_constant:.2f} tokens a round"
         )
     pays = "pays" if d.predicted >= MIN_ADVANTAGE else "does not pay"
     text = f"{pays} ({d.predicted:.2f}x predicted{_measured(d)}): " + "; ".join(parts)
