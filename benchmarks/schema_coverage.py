@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         help="the auto-mode request (acceptance and the wrapper leak check)",
     )
     p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--seed-base", type=int, default=0, choices=range(0, 400, 100),
+    p.add_argument("--seed-base", type=int, default=0, choices=range(0, 500, 100),
                    help="added to each output's seed: a further run's outputs are new ones "
                    "(merge the reports with coverage_report.py)")  # fmt: skip
     p.add_argument("--threads", type=int, default=0, help="0: the server's default")
