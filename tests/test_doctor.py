@@ -198,12 +198,12 @@ def test_the_report_on_the_synthetic_models(synthetic_models) -> None:
 
 
 def test_a_broken_engine_fails_the_exactness_test(synthetic_models, monkeypatch, capsys) -> None:
-    import edgespec.speculation.loop
+    import edgespec.speculation.step
 
     def accept_everything(draft, target_argmax):
         return len(draft), int(target_argmax[len(draft)])
 
-    monkeypatch.setattr(edgespec.speculation.loop, "accept_greedy", accept_everything)
+    monkeypatch.setattr(edgespec.speculation.step, "accept_greedy", accept_everything)
     argv = ["doctor", "--target", str(synthetic_models["target"]), "--ctx", "512"]
     argv += ["--draft", str(synthetic_models["draft_unrelated"]), "--gamma", "4"]
     argv += ["--max-tokens", "16", "--reps", "1", "--threads", "1", "--json"]
