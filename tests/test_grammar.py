@@ -379,7 +379,7 @@ class _AdmitsNothing:
 
 @pytest.mark.parametrize("sp", [SamplingParams(), SAMPLED[0]], ids=["greedy", "sampled"])
 def test_a_mask_that_admits_nothing_gives_no_token(models, sp: SamplingParams) -> None:
-    from edgespec.speculation.loop import speculative_step
+    from edgespec.speculation.step import speculative_step
     from edgespec.speculation.verify import NO_TOKEN
 
     target, draft = models
