@@ -104,12 +104,12 @@ def test_matcher_queries_agree_with_the_mask(models) -> None:
     """admits, allowed_ids, only and allowed(ids) (read from the bitmask) say what the
     full mask says, state by state along a constrained output."""
     target, _ = models
-    rng = np.random.default_rng(3)
+    rng, ends = np.random.default_rng(3), _ends(target)
     for grammar in (Grammar.from_json_schema(RECORD), Grammar.from_gbnf(FORCED)):
         done = generate(target, "A record:", max_tokens=40, gamma=0, grammar=grammar)
         matcher = target.grammar(grammar.spec)
         for tok in done.tokens:
-            fresh = matcher.clone()  # asked before its mask is built
+            fresh, unread = matcher.clone(), matcher.clone()  # asked before its mask is built
             mask = matcher.allowed()
             admitted = np.flatnonzero(mask)
             ids = np.unique(np.r_[rng.integers(0, target.n_vocab, 64), admitted[:32], tok])
@@ -118,9 +118,74 @@ def test_matcher_queries_agree_with_the_mask(models) -> None:
             np.testing.assert_array_equal(matcher.allowed_ids(), admitted)
             assert matcher.only() == (int(admitted[0]) if len(admitted) == 1 else None)
             assert not fresh.admits(-1) and not fresh.admits(target.n_vocab)
+            _assert_cheap_answers_hold(unread, mask, ends)
             if target.is_eog(tok):
                 break
             matcher.accept(tok)
+
+
+def _assert_cheap_answers_hold(fresh, mask: np.ndarray, ends: np.ndarray) -> None:
+    """What a state says without its mask is what the mask says: several admitted where
+    it says so, no end of generation (ends: their ids) where it cannot end."""
+    if fresh.several():
+        assert np.count_nonzero(mask) >= 2
+    if not fresh.may_end():
+        assert not mask[ends].any()
+
+
+def _ends(target: LlamaModel) -> np.ndarray:
+    return np.array([t for t in range(target.n_vocab) if target.is_eog(t)], dtype=np.int64)
+
+
+def _random_walk(target: LlamaModel, matcher, rng: np.random.Generator, steps: int):
+    """States along a walk of admitted tokens chosen at random, every other one among
+    JSON's punctuation where the state admits some (so that strings close and objects
+    go on): (a fresh copy of the state, its mask). Ends where only an end is admitted."""
+    marks = {t for text in ('"', '",', "}", ",", "]", "[", "{", "1", " ", "true", "null")
+             for t in target.tokenize(text, add_special=False)}  # fmt: skip
+    for _ in range(steps):
+        fresh, mask = matcher.clone(), matcher.allowed()
+        yield fresh, mask
+        admitted = np.flatnonzero(mask)
+        structural = [int(t) for t in admitted[np.isin(admitted, list(marks))]]
+        pool = structural if structural and rng.random() < 0.5 else admitted
+        for _ in range(8):
+            pick = int(pool[rng.integers(len(pool))])
+            if not target.is_eog(pick):
+                matcher.accept(pick)
+                break
+        else:
+            return
+
+
+@pytest.mark.real_model
+def test_admits_without_the_mask_agrees_on_real_vocabularies(real_model_paths) -> None:
+    """On both real vocabularies (262k and 49k tokens) and the coverage set's schemas,
+    along random walks of admitted tokens: ``admits`` asked before the mask is built
+    (llguidance's test of one token's bytes where no text is forced) says what the mask
+    says, for the tokens a greedy row would ask about and for random ones."""
+    from pathlib import Path
+
+    schemas = sorted(Path(__file__).parent.joinpath("data", "schemas").glob("*.json"))[::2]
+    rng = np.random.default_rng(11)
+    for name in ("gemma-3-270m", "smollm2-135m-instruct"):
+        with LlamaModel(real_model_paths[name], n_ctx=256, n_threads=1) as target:
+            n_checked, ends = 0, _ends(target)
+            for path in schemas:
+                try:
+                    matcher = target.grammar(
+                        Grammar.from_json_schema(json.loads(path.read_text()), strict=False).spec
+                    )
+                except (GrammarError, ValueError):
+                    continue
+                for fresh, mask in _random_walk(target, matcher, rng, 40):
+                    _assert_cheap_answers_hold(fresh.clone(), mask, ends)
+                    admitted = np.flatnonzero(mask)
+                    some = rng.choice(admitted, min(16, len(admitted)))
+                    ids = np.unique(np.r_[rng.integers(0, target.n_vocab, 48), some])
+                    assert [fresh.admits(int(t)) for t in ids] == mask[ids].tolist(), path.name
+                    n_checked += len(ids)
+            assert n_checked > 10_000
 
 
 def test_forks_share_masks_of_equal_states_only(models) -> None:
@@ -369,6 +434,12 @@ class _AdmitsNothing:
 
     def only(self) -> None:
         return None
+
+    def several(self) -> bool:
+        return False
+
+    def may_end(self) -> bool:
+        return False
 
     def forced_tokens(self) -> list[int]:
         return []

@@ -102,7 +102,10 @@ def test_chat_logprobs(fim_server: Running) -> None:
     chunks = list(c.chat.completions.create(**kw, stream=True))
     streamed = [e for ch in chunks if ch.choices and ch.choices[0].logprobs
                 for e in ch.choices[0].logprobs.content]  # fmt: skip
-    assert [(e.token, e.logprob) for e in streamed] == [(e.token, e.logprob) for e in entries]
+    # (the same tokens; a logprob may differ in its last digits: the rounds that computed
+    # its row differ in size when the lookup drafts differently, and so do the kernels)
+    assert [e.token for e in streamed] == [e.token for e in entries]
+    assert [e.logprob for e in streamed] == pytest.approx([e.logprob for e in entries], abs=1e-4)
     plain = c.chat.completions.create(model="x", messages=MSGS, max_tokens=2)
     assert plain.choices[0].logprobs is None
 
@@ -119,7 +122,8 @@ def test_completion_logprobs(fim_server: Running) -> None:
     assert steps == [len(t) for t in lp.tokens[:-1]]
     zero = client(fim_server).completions.create(model="x", prompt=prompt, max_tokens=5,
                                                  logprobs=0)  # fmt: skip
-    assert zero.choices[0].logprobs.token_logprobs == lp.token_logprobs
+    assert zero.choices[0].logprobs.tokens == lp.tokens  # (logprobs: as test_chat_logprobs)
+    assert zero.choices[0].logprobs.token_logprobs == pytest.approx(lp.token_logprobs, abs=1e-4)
     assert zero.choices[0].logprobs.top_logprobs == [{}] * 5
 
 
