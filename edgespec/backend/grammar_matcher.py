@@ -146,7 +146,13 @@ class GrammarMatcher:
         return int(np.count_nonzero(self.bits()))
 
     def only(self) -> int | None:
-        """The one token the grammar admits next, or None (none, or several)."""
+        """The one token the grammar admits next, or None (none, or several). Where
+        text is forced and the mask is not built, the text's first token as the
+        tokenizer splits it: llguidance's mask there holds that token alone."""
+        if self._words is None and self._forces_text():
+            forced = self._m.compute_ff_tokens()
+            if forced:
+                return int(forced[0])
         words = self.bits()
         nz = np.flatnonzero(words)
         if len(nz) != 1:

@@ -19,6 +19,7 @@ needs no mask either), and ``grammar_draft`` proposes what the grammar forces ne
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import numpy as np
 
@@ -27,6 +28,8 @@ from ..grammar import Grammar, GrammarError
 from ..speculation.verify import NO_TOKEN
 from .params import SamplingParams
 from .processing import TokenDist, apply_penalties, greedy_tokens, process_logits
+
+_T = TypeVar("_T")
 
 #: a mask admitting tokens in at most this many of its 32-token words is applied by
 #: setting the admitted logits alone (else by a masked copy of the whole row)
@@ -98,17 +101,19 @@ class Shaper:
             self._masks[self._path] = m.bits()
         return m
 
-    def _admits(self, token: int) -> bool:
+    def _ask(self, question: Callable[[GrammarMatcher], _T]) -> _T:
+        """question(the grammar state), which may build the state's mask or not; a mask
+        built is kept for the forks."""
         m = self._state()
         known = m.has_bits
-        ok = m.admits(token)  # (without the mask where the grammar forces no text)
+        out = question(m)
         if not known and m.has_bits:
             self._masks[self._path] = m.bits()
-        return ok
+        return out
 
     def allows(self, token: int) -> bool:
         """Whether the grammar admits token here (always without a grammar)."""
-        return self.matcher is None or self._admits(token)
+        return self.matcher is None or self._ask(lambda m: m.admits(token))
 
     def only(self) -> int | None:
         """The one token the grammar admits here, or None (none, several, no grammar).
@@ -117,7 +122,7 @@ class Shaper:
         the same stop reason), so the row needs no logits either."""
         if self.matcher is None or self._state().several():
             return None
-        only = self._grammar().only()
+        only = self._ask(lambda m: m.only())
         return self._ends() if only is None else only
 
     def complete(self) -> bool:
@@ -125,7 +130,7 @@ class Shaper:
         is complete, whatever the logits (none need computing)."""
         if self.matcher is None or not self._state().may_end():
             return False
-        only = self._grammar().only()
+        only = self._ask(lambda m: m.only())
         return self.is_eog(only) if only is not None else self._ends() is not None
 
     def _ends(self) -> int | None:
@@ -230,8 +235,12 @@ class Shaper:
             row = apply_penalties(row, self.history, self.sampling)
         if self.matcher is None:
             return int(np.argmax(row))
+        if not self._state().several():  # perhaps one token admitted: then no argmax
+            only = self._ask(lambda m: m.only())
+            if only is not None and row[only] > -np.inf:
+                return only
         best = int(np.argmax(row))
-        if row[best] > -np.inf and self._admits(best):
+        if row[best] > -np.inf and self.allows(best):
             return best  # (NaN fails the test above and takes the masked path, as before)
         ids = self._grammar().allowed_ids()
         ids = ids[ids < len(row)]
