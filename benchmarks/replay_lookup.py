@@ -12,6 +12,7 @@ for real (``edgespec bench --corpus``), which is the measurement that counts.
 The replayed rules:
 
 - ``edgespec``: the engine's own NgramDrafter and AdaptiveGamma, as shipped;
+- ``edgespec tokens``: the same without the lookup by text (tokens only);
 - ``edgespec+counts``: the same, but where the lookup proposes nothing (no match,
   or a short contested one), llama.cpp's count-based draft below, token by token;
 - ``edgespec+counts<16``: the count-based draft for every match shorter than 16
@@ -95,12 +96,19 @@ def record(target: LlamaModel, corpus: Path, split: str, cache: Path) -> dict[st
 
 
 def replay_edgespec(
-    prompt: list[int], output: list[int], curve: CostCurve, counts: int | None = None
+    prompt: list[int],
+    output: list[int],
+    curve: CostCurve,
+    counts: int | None = None,
+    text: LlamaModel | None = None,
 ) -> tuple[float, int]:
     """Predicted seconds and target calls of the engine's lookup + adaptive policy
     (counts: the count-based draft stands in below that match length, 0: where the
-    lookup has nothing)."""
+    lookup has nothing; text: the lookup by text in this model's vocabulary, as the
+    engine binds it, else tokens only)."""
     drafter = NgramDrafter() if counts is None else CountedDrafter(counts)
+    if text is not None:
+        drafter.bind(text)
     policy = AdaptiveGamma(curve, draft_step_s=0.0)
     policy.start_generation(len(output))
     drafter.prefill(prompt)
@@ -108,7 +116,9 @@ def replay_edgespec(
     while done < len(output):
         limit = len(output) - done - 1
         draft = drafter.propose(context, policy.max_gamma, GREEDY, RNG)
-        g = policy.choose(min(limit, len(draft.tokens)), match_len=draft.match_len)
+        g = policy.choose(
+            min(limit, len(draft.tokens)), match_len=draft.match_len, by_text=draft.by_text
+        )
         proposed = draft.tokens[:g]
         accepted = _accepted(proposed, output[done:])
         produced = output[done + accepted]
@@ -304,7 +314,8 @@ def main() -> None:
         seconds = json.loads(args.curve_from.read_text())["calibration"]["target"]
         curve = dataclasses.replace(curve, seconds=tuple(seconds))
     arms: dict[str, Callable[[list[int], list[int]], tuple[float, int]]] = {
-        "edgespec": lambda p, o: replay_edgespec(p, o, curve),
+        "edgespec": lambda p, o: replay_edgespec(p, o, curve, text=target),
+        "edgespec tokens": lambda p, o: replay_edgespec(p, o, curve),
         "edgespec+counts": lambda p, o: replay_edgespec(p, o, curve, counts=0),
         "edgespec+counts<16": lambda p, o: replay_edgespec(p, o, curve, counts=16),
         **{

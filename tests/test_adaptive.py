@@ -452,9 +452,9 @@ def test_a_composite_asks_its_lookup_before_choosing(synthetic_models) -> None:
     seen: list[int | None] = []
 
     class Recording(AdaptiveGamma):
-        def choose(self, limit: int, *, match_len: int | None = None) -> int:
+        def choose(self, limit: int, *, match_len: int | None = None, by_text: bool = False) -> int:
             seen.append(match_len)
-            return super().choose(limit, match_len=match_len)
+            return super().choose(limit, match_len=match_len, by_text=by_text)
 
     with (
         LlamaModel(synthetic_models["target"], n_ctx=512, n_threads=1) as target,
@@ -495,10 +495,10 @@ def test_a_lookup_round_is_sized_to_its_proposal(synthetic_models) -> None:
     limits: list[int] = []
 
     class Recording(AdaptiveGamma):
-        def choose(self, limit: int, *, match_len: int | None = None) -> int:
+        def choose(self, limit: int, *, match_len: int | None = None, by_text: bool = False) -> int:
             if match_len is not None:
                 limits.append(limit)
-            return super().choose(limit, match_len=match_len)
+            return super().choose(limit, match_len=match_len, by_text=by_text)
 
     prompt = [5, 6, 7, 8, 9, 10, 5, 6, 7]  # the tail 5 6 7 also opens the prompt
     with LlamaModel(synthetic_models["target"], n_ctx=256, n_threads=1) as target:

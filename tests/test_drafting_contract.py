@@ -65,9 +65,9 @@ class _Logged(AdaptiveGamma):
         super().__init__(CostCurve("t", "k", tuple(float(k) for k in range(1, 49))), draft_step_s=1)
         self.log = log
 
-    def choose(self, limit: int, *, match_len: int | None = None) -> int:
+    def choose(self, limit: int, *, match_len: int | None = None, by_text: bool = False) -> int:
         self.log.append("choose")
-        return super().choose(limit, match_len=match_len)
+        return super().choose(limit, match_len=match_len, by_text=by_text)
 
 
 def test_a_lookup_flagged_drafter_is_asked_before_gamma_is_chosen(target) -> None:

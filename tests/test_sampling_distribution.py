@@ -100,7 +100,7 @@ class _ConfidentDraftsOnly(AdaptiveGamma):
         self.threshold = threshold
         self.stops = 0
 
-    def choose(self, limit: int, *, match_len: int | None = None) -> int:
+    def choose(self, limit: int, *, match_len: int | None = None, by_text: bool = False) -> int:
         return min(3, limit)
 
     def keep_drafting(self, i: int, cumulative_conf: float) -> bool:

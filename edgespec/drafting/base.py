@@ -32,6 +32,7 @@ class Draft:
     # a lookup drafter copies from earlier text: how many tokens before the copied
     # continuation the context agrees with that text (None for model drafters)
     match_len: int | None = None
+    by_text: bool = False  # a lookup's copy matched as text and tokenized anew
 
 
 class Drafter(Protocol):
@@ -58,6 +59,11 @@ class Drafter(Protocol):
 
     def prefill(self, context: Sequence[int]) -> None:
         """Process a new prompt ahead of the first proposal (may do nothing)."""
+        ...
+
+    def bind(self, target: LlamaModel) -> None:
+        """Learn the target whose output is drafted, before a generation's prefill (may
+        do nothing; a drafter without it is taken as doing nothing)."""
         ...
 
     def propose(

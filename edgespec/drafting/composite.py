@@ -26,6 +26,12 @@ class CompositeDrafter:
         self.model: LlamaModel | None = fallback.model  # so that its owner can close it
         self.is_lookup = first.is_lookup and fallback.is_lookup
 
+    def bind(self, target: LlamaModel) -> None:
+        """Bind both drafters to target."""
+        for drafter in (self.first, self.fallback):
+            if (bind := getattr(drafter, "bind", None)) is not None:
+                bind(target)
+
     def prefill(self, context: Sequence[int]) -> None:
         """Prefill both drafters."""
         self.first.prefill(context)

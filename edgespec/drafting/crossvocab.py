@@ -145,6 +145,9 @@ class CrossVocabDrafter:
 
     # --- Drafter protocol ---------------------------------------------------
 
+    def bind(self, target: LlamaModel) -> None:
+        """Nothing to learn of the target (the draft model is its own)."""
+
     def prefill(self, context: Sequence[int]) -> None:
         """Bring the draft cache up to the translated context, less its last token."""
         dctx, _ = self._translate_context(context)

@@ -25,6 +25,9 @@ class ModelDrafter:
         self.model = model
         self.name = model.path.name
 
+    def bind(self, target: LlamaModel) -> None:
+        """Nothing to learn of the target (the draft model is its own)."""
+
     def prefill(self, context: Sequence[int]) -> None:
         """Bring the draft cache up to context[:-1], as the target's, during prompt time."""
         if len(context) > self.model.n_ctx:

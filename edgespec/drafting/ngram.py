@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..backend import LlamaModel
 from ..sampling import SamplingParams, TokenDist
 from ..sampling.context_processing import Shaper
 from .base import Draft, KeepDrafting
+from .text_lookup import TextLookup
 
 if TYPE_CHECKING:
     from .history import LookupHistory
@@ -100,6 +102,8 @@ class NgramDrafter:
         # tail gram is left out so a look-up never finds the tail itself
         self._indexed_end = 0
         self._prompt_len = -1  # the prompt prefill() was given, by its length
+        self.text: TextLookup | None = None  # the lookup by text, once bound to a vocabulary
+        self._bound: LlamaModel | None = None
 
     def prefill(self, context: Sequence[int]) -> None:
         """Index a new prompt ahead of the first proposal."""
@@ -119,7 +123,8 @@ class NgramDrafter:
         """Up to n tokens copied from after the latest match of the longest tail n-gram.
 
         Nothing when that match is short and its n-gram has had different successors.
-        With a history, the history's match where the context has none.
+        With a history, the history's match where the context has none; once bound to a
+        vocabulary (``bind``), a match by text where neither has one.
         """
         self._sync(context)
         tokens: list[int] = []
@@ -148,9 +153,23 @@ class NgramDrafter:
                 tokens, match_len = found
                 if first:  # as above: earlier requests began their replies alike
                     match_len = min(match_len, self.n_max)
+        by_text = False
+        if not tokens and self.text is not None:
+            found = self.text.lookup(context, n)
+            if found is not None:
+                (tokens, match_len), by_text = found, True
         if not tokens and not match_len:
             return Draft([], [])
-        return Draft(tokens, _point_masses(tokens, sampling), match_len=match_len)
+        return Draft(tokens, _point_masses(tokens, sampling), match_len=match_len, by_text=by_text)
+
+    def bind(self, target: LlamaModel) -> None:
+        """Look up by text too (``TextLookup``), in target's vocabulary, where the tokens
+        find nothing (a no-op when bound to target already)."""
+        if self._bound is not target:
+            self._bound = target
+            self.text = TextLookup(
+                target.token_bytes, lambda s: target.tokenize(s, add_special=False)
+            )
 
     def _best_occurrence(self, context: Sequence[int], end: int, k: int) -> tuple[int, int]:
         """Of the k-gram's latest occurrences (the latest ends at `end`), the end of the one

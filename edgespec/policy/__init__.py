@@ -16,8 +16,9 @@ to beat plain decoding, by MIN_GAIN (2%).
   model, thread count and offload (``costs``), cached per model; timed at once by
   ``edgespec calibrate`` or a batch at a time between a reply's rounds
   (``gap_calibration``), and corrected online by every verify's measured time.
-- a_i, per draft position and per context (a lookup's match-length band, or whether
-  the last round missed), as discounted counts that follow the text (``acceptance``);
+- a_i, per draft position and per context (a lookup's match-length band, apart for a
+  match by text, or whether the last round missed), as discounted counts that follow
+  the text (``acceptance``);
   a lookup's proposals are also scored in plain rounds, so estimates recover.
 - the time drafting has saved or lost against plain rounds (``AdaptiveGamma.saved_s``).
 

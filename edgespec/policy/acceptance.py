@@ -72,7 +72,9 @@ def position_prior(key: tuple[str, int]) -> float:
     return MATCH_LEN_PRIORS[key[1]] if key[0] == "match" else PRIOR_ACCEPT
 
 
-def context_key(match_len: int | None, after_miss: bool) -> tuple[str, int]:
+def context_key(
+    match_len: int | None, after_miss: bool, *, by_text: bool = False
+) -> tuple[str, int]:
     """Which acceptance estimate a round uses.
 
     A lookup proposal comes with its match length, and text that has agreed with its
@@ -80,8 +82,11 @@ def context_key(match_len: int | None, after_miss: bool) -> tuple[str, int]:
     match: on the code-editing workload 45 of 47 proposed tokens were accepted at
     match lengths of 64+, 2 at lengths under 16. Model drafters have no such signal;
     misses cluster there too, so rounds after a rejection are kept apart from rounds
-    after a fully accepted draft.
+    after a fully accepted draft. A lookup that matched as text (a word copied with
+    other token boundaries) keeps estimates of its own: the word written so far may
+    begin many words of the context, and how often its copy is right is its own.
     """
     if match_len is None:
         return ("after_miss", int(after_miss))
-    return ("match", sum(match_len >= t for t in MATCH_LEN_BUCKETS))
+    band = sum(match_len >= t for t in MATCH_LEN_BUCKETS)
+    return ("text", band) if by_text else ("match", band)

@@ -236,14 +236,15 @@ class AdaptiveGamma:
             total += run
         return total
 
-    def choose(self, limit: int, *, match_len: int | None = None) -> int:
+    def choose(self, limit: int, *, match_len: int | None = None, by_text: bool = False) -> int:
         """Draft length for the next round, at most `limit` (room left in budget/context).
 
         match_len is the lookup proposal's agreement with its source (Draft.match_len),
-        when the proposal is known before choosing; None for model drafters. A lookup's
-        tokens cost no draft time, even when a draft model stands behind it (composite).
+        when the proposal is known before choosing; None for model drafters; by_text: the
+        proposal matched as text (``Draft.by_text``). A lookup's tokens cost no draft
+        time, even when a draft model stands behind it (composite).
         """
-        self._key = context_key(match_len, self._after_miss)
+        self._key = context_key(match_len, self._after_miss, by_text=by_text)
         limit = min(limit, self.max_gamma)
         shared, others = 0, 0.0
         if self.share is not None and (shared := self.share.rows_elsewhere()) > 0:

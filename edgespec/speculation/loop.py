@@ -81,6 +81,8 @@ def stream_generate(
         target.decode(prompt_tokens[cached:-1], logits="none")
     planner = RoundPlanner(drafter, policy, fixed_gamma)
     if drafter is not None and planner.drafts:
+        if (bind := getattr(drafter, "bind", None)) is not None:
+            bind(target)
         drafter.prefill(prompt_tokens)
     stats = Stats(
         prompt_tokens=len(prompt_tokens),

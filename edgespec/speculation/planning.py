@@ -109,7 +109,11 @@ class RoundPlanner:
         lookup_s = time.perf_counter() - t0
         if looked_up.tokens or self.fallback is None:
             # sized to the proposal: the policy picks among the batch sizes it timed
-            g = policy.choose(min(limit, len(looked_up.tokens)), match_len=looked_up.match_len)
+            g = policy.choose(
+                min(limit, len(looked_up.tokens)),
+                match_len=looked_up.match_len,
+                by_text=looked_up.by_text,
+            )
             return RoundPlan(g, self.drafter, looked_up, looked_up, lookup_s, keep)
         # no match: the composite's draft model proposes, once gamma is chosen
         return RoundPlan(policy.choose(limit), self.fallback, None, looked_up, lookup_s, keep)
