@@ -37,8 +37,8 @@ class GrammarMatcher:
     The mask is the definition of what may come next. Where the grammar forces no text,
     llguidance builds it from the tokens whose bytes the grammar can take next (its
     ``compute_bias`` over an empty prefix), the very test ``validate_tokens`` makes of one
-    token, so ``admits`` asks that of an ordinary token without building the mask (a
-    fraction of a microsecond against 0.05-0.7 ms). Where text is forced the mask holds
+    token, so ``admits`` asks that of an ordinary token without building the mask (about
+    a microsecond against 0.05-0.7 ms). Where text is forced the mask holds
     the tokenizer's first token of it alone, which ``validate_tokens`` does not know (it
     also admits other splits of the text), and ends of generation and control tokens
     are admitted by rules of their own: there the mask is read."""
@@ -56,18 +56,19 @@ class GrammarMatcher:
         self.n_vocab = n_vocab
         self._words: np.ndarray | None = None  # the mask's bits, once computed
         self._mask: np.ndarray | None = None  # the mask unpacked, once asked for
+        self._forced: bool | None = None  # whether text is forced here, once asked
 
     def clone(self) -> GrammarMatcher:
         """An independent copy of the current state."""
         out = GrammarMatcher(self._m.deep_copy(), self.n_vocab, self._tok, self._special)
-        out._words, out._mask = self._words, self._mask
+        out._words, out._mask, out._forced = self._words, self._mask, self._forced
         return out
 
     def accept(self, token: int) -> None:
         """Advance past token, which ``mask`` must have admitted (ValueError otherwise)."""
         if not self._m.consume_token(token):
             raise ValueError(f"the grammar does not admit token {token}: {self._m.get_error()}")
-        self._words = self._mask = None
+        self._words = self._mask = self._forced = None
 
     def bits(self) -> np.ndarray:
         """The mask as llguidance's bitmask: bit t % 32 of word t // 32 (read-only)."""
@@ -122,7 +123,9 @@ class GrammarMatcher:
         return bool(self._m.is_accepting())
 
     def _forces_text(self) -> bool:
-        return bool(self._m.compute_ff_bytes())
+        if self._forced is None:
+            self._forced = bool(self._m.compute_ff_bytes())
+        return self._forced
 
     @property
     def has_bits(self) -> bool:

@@ -48,10 +48,9 @@ class TextLookup:
         word = bytes(text[start:])
         if not word or len(word) > MAX_WORD:
             return None
-        found = self._word_starts(word, start)
-        if not found:
+        at = self._latest_word_start(word, start)
+        if at is None:
             return None
-        at = found[0]
         begin = at + len(word)
         # (not into the word being written; a line's end ends it)
         follow = bytes(text[begin : min(begin + BYTES_PER_TOKEN * (n + 1), start)])
@@ -64,22 +63,23 @@ class TextLookup:
         spanned = sum(end > start for end in self._ends[-len(word) :])
         return tokens[:n], max(1, spanned)
 
-    def _word_starts(self, word: bytes, before: int) -> list[int]:
-        """Where word starts an earlier word, latest first (up to MAX_OCCURRENCES); none
-        where those words go on differently (``s`` starts ``self`` and ``string``:
-        which one is being written, the text does not tell)."""
-        text, out, ends = self._text, [], set()
+    def _latest_word_start(self, word: bytes, before: int) -> int | None:
+        """Where word starts the latest earlier word (of the last MAX_OCCURRENCES places
+        it occurs); None where none, or where those words go on differently (``s``
+        starts ``self`` and ``string``: which one is being written, the text does not
+        tell)."""
+        text, latest, rests = self._text, None, set()
         at = before  # (occurrences end before the word itself)
         for _ in range(MAX_OCCURRENCES):
             at = text.rfind(word, 0, at + len(word) - 1)
             if at < 0:
                 break
             if at == 0 or text[at - 1] in WORD_BREAKS:
-                out.append(at)
-                ends.add(self._rest_of_word(at + len(word), before))
-                if len(ends) > 1:
-                    return []
-        return out
+                latest = at if latest is None else latest
+                rests.add(self._rest_of_word(at + len(word), before))
+                if len(rests) > 1:
+                    return None
+        return latest
 
     def _rest_of_word(self, at: int, before: int) -> bytes:
         end = at
